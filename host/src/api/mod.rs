@@ -1,0 +1,1 @@
+//! The `vmop.dev/v1alpha1` resources: `VirtualMachine` and `ProviderConfig`.

@@ -1,0 +1,5 @@
+//! `vmop crds`: prints the CustomResourceDefinitions.
+
+pub fn print() -> anyhow::Result<()> {
+    anyhow::bail!("not implemented yet")
+}

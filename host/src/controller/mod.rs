@@ -1,0 +1,1 @@
+//! The VirtualMachine and ProviderConfig reconcilers.

@@ -1,0 +1,168 @@
+//! Host-side types of the plugin contract (`wit/provider.wit`), independent of wasmtime.
+//!
+//! The reconcilers work with these; `bindings.rs` converts at the edge so that nothing outside
+//! `plugin/` sees generated types.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// `ProviderConfig.spec.config` plus the credentials Secret, handed to every call.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct ProviderSettings {
+    pub settings: BTreeMap<String, String>,
+    /// Never logged: `Debug` prints only the keys.
+    pub secrets: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for ProviderSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderSettings")
+            .field("settings", &self.settings)
+            .field("secrets", &self.secrets.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// The desired machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VmSpec {
+    pub name: String,
+    pub namespace: String,
+    /// The VirtualMachine's UID: `create` is idempotent on it.
+    pub uid: String,
+    pub image: String,
+    pub cpu: u32,
+    pub memory_mib: u64,
+    pub user_data: Option<String>,
+    pub labels: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Phase {
+    Pending,
+    Provisioning,
+    Running,
+    Stopped,
+    Failed,
+    Deleting,
+    Unknown,
+}
+
+impl Phase {
+    /// The spelling used in `VirtualMachine.status.phase` and in metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::Provisioning => "Provisioning",
+            Phase::Running => "Running",
+            Phase::Stopped => "Stopped",
+            Phase::Failed => "Failed",
+            Phase::Deleting => "Deleting",
+            Phase::Unknown => "Unknown",
+        }
+    }
+}
+
+/// The machine as the cloud reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VmStatus {
+    pub id: String,
+    pub phase: Phase,
+    pub addresses: Vec<String>,
+    pub message: Option<String>,
+}
+
+/// What a plugin's `info()` returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginInfo {
+    pub name: String,
+    pub version: String,
+    pub wit_version: String,
+    pub capabilities: Vec<String>,
+}
+
+/// An error the provider itself reported (the guest returned `err(...)`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProviderError {
+    #[error("transient provider error: {0}")]
+    Transient(String),
+    #[error("rate limited by the cloud (retry after {retry_after:?}): {message}")]
+    RateLimited { retry_after: Duration, message: String },
+    #[error("permanent provider error: {0}")]
+    Permanent(String),
+    #[error("invalid spec: {0}")]
+    InvalidSpec(String),
+    #[error("unauthorized: {0}")]
+    Unauthorized(String),
+}
+
+/// Which operation a call performed; a bounded metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Operation {
+    Info,
+    Create,
+    Get,
+    Delete,
+}
+
+impl Operation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Info => "info",
+            Operation::Create => "create",
+            Operation::Get => "get",
+            Operation::Delete => "delete",
+        }
+    }
+}
+
+/// What the host should do after a failed call. Every call error maps to exactly one class;
+/// the controller's error policy and the `Synced` condition's reason are derived from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// Retry with per-object exponential backoff.
+    Transient,
+    /// Retry after the given delay.
+    RateLimited(Duration),
+    /// No retry until the VM, its ProviderConfig or its Secret changes.
+    Permanent,
+    InvalidSpec,
+    Unauthorized,
+}
+
+impl ErrorClass {
+    /// The `Synced` condition reason and bounded metric label for this class.
+    pub fn reason(self) -> &'static str {
+        match self {
+            ErrorClass::Transient => "TransientError",
+            ErrorClass::RateLimited(_) => "RateLimited",
+            ErrorClass::Permanent => "PermanentError",
+            ErrorClass::InvalidSpec => "InvalidSpec",
+            ErrorClass::Unauthorized => "Unauthorized",
+        }
+    }
+}
+
+/// Who is at fault for a failed call, so conditions and metrics can tell a cloud outage from a
+/// plugin bug from an operator bug.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The provider reported an error from the cloud (or about the spec/credentials).
+    Provider,
+    /// The guest misbehaved: trap, deadline, memory cap, contract violation.
+    Plugin,
+    /// The host failed (instantiation, resource exhaustion, internal error).
+    Host,
+}
+
+impl From<&ProviderError> for ErrorClass {
+    fn from(e: &ProviderError) -> Self {
+        match e {
+            ProviderError::Transient(_) => ErrorClass::Transient,
+            ProviderError::RateLimited { retry_after, .. } => ErrorClass::RateLimited(*retry_after),
+            ProviderError::Permanent(_) => ErrorClass::Permanent,
+            ProviderError::InvalidSpec(_) => ErrorClass::InvalidSpec,
+            ProviderError::Unauthorized(_) => ErrorClass::Unauthorized,
+        }
+    }
+}

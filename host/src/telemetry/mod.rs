@@ -1,0 +1,3 @@
+//! Logs, metrics, events and health endpoints.
+
+pub mod logging;
