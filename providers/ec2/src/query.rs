@@ -1,0 +1,276 @@
+//! The EC2 Query API: form-encoded POSTs signed with SigV4, answered with XML.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use vmop_provider_sdk::error::transient;
+use vmop_provider_sdk::http::{Client, HttpError, Method, Request, error_chain};
+use vmop_provider_sdk::url::{Url, UrlError};
+use vmop_provider_sdk::{Config, ProviderError, status};
+
+use crate::errors::error_for_code;
+use crate::sigv4::{self, Credentials, Scope, Unsigned, uri_encode};
+use crate::xml;
+
+pub const API_VERSION: &str = "2016-11-15";
+const CONTENT_TYPE: &str = "application/x-www-form-urlencoded; charset=utf-8";
+
+/// The parameters of one action, in order (`Filter.1.Name`, `Filter.1.Value.1`, ...).
+#[derive(Debug, Clone, Default)]
+pub struct Params(Vec<(String, String)>);
+
+impl Params {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn push(&mut self, name: impl Into<String>, value: impl Into<String>) -> &mut Self {
+        self.0.push((name.into(), value.into()));
+        self
+    }
+
+    /// `Filter.N.Name=name` and `Filter.N.Value.M=value` for each value.
+    pub fn filter(&mut self, n: usize, name: &str, values: &[&str]) -> &mut Self {
+        self.push(format!("Filter.{n}.Name"), name);
+        for (m, value) in values.iter().enumerate() {
+            self.push(format!("Filter.{n}.Value.{}", m + 1), *value);
+        }
+        self
+    }
+
+    #[cfg(test)]
+    pub fn iter(&self) -> impl Iterator<Item = &(String, String)> {
+        self.0.iter()
+    }
+
+    fn form(&self, action: &str) -> String {
+        [("Action", action), ("Version", API_VERSION)]
+            .into_iter()
+            .chain(self.0.iter().map(|(n, v)| (n.as_str(), v.as_str())))
+            .map(|(n, v)| format!("{}={}", uri_encode(n), uri_encode(v)))
+            .collect::<Vec<_>>()
+            .join("&")
+    }
+}
+
+/// A failed action: the cloud's error code when it sent one, so callers can treat some codes
+/// (`InvalidInstanceID.NotFound`) as answers rather than failures.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    #[error("{action} failed with HTTP {status}: {code}: {message}")]
+    Api {
+        action: &'static str,
+        status: u16,
+        code: String,
+        message: String,
+        retry_after: Option<Duration>,
+    },
+    #[error("{action} failed with HTTP {status} and no EC2 error code: {body}")]
+    Status {
+        action: &'static str,
+        status: u16,
+        retry_after: Option<String>,
+        body: String,
+    },
+    #[error("{action} could not reach the EC2 endpoint")]
+    Http {
+        action: &'static str,
+        #[source]
+        source: HttpError,
+    },
+    #[error("{action} returned a response that is not EC2 XML")]
+    Xml {
+        action: &'static str,
+        #[source]
+        source: xml::XmlError,
+    },
+}
+
+impl CallError {
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            CallError::Api { code, .. } => Some(code),
+            _ => None,
+        }
+    }
+
+    pub fn xml(action: &'static str) -> impl FnOnce(xml::XmlError) -> CallError {
+        move |source| CallError::Xml { action, source }
+    }
+}
+
+impl From<CallError> for ProviderError {
+    fn from(err: CallError) -> Self {
+        let message = error_chain(&err);
+        match err {
+            CallError::Api {
+                status,
+                code,
+                retry_after,
+                ..
+            } => error_for_code(&code, status, retry_after, message),
+            CallError::Status {
+                status,
+                retry_after,
+                ..
+            } => status::error_for_status(status, retry_after.as_deref(), message.clone())
+                .unwrap_or_else(|| transient(message)),
+            CallError::Http { source, .. } => {
+                let class = ProviderError::from(source);
+                match class {
+                    ProviderError::Permanent(_) => ProviderError::Permanent(message),
+                    _ => ProviderError::Transient(message),
+                }
+            }
+            CallError::Xml { .. } => ProviderError::Transient(message),
+        }
+    }
+}
+
+/// One configured EC2 endpoint with its credentials.
+#[derive(Debug)]
+pub struct Ec2 {
+    endpoint: Url,
+    region: String,
+    credentials: Credentials,
+    http: Client,
+}
+
+impl Ec2 {
+    /// Settings `region` (required), `endpoint` (default `https://ec2.<region>.amazonaws.com`);
+    /// secrets `access_key_id`, `secret_access_key` (required) and `session_token` (optional).
+    pub fn from_config(config: &Config) -> Result<Ec2, ProviderError> {
+        let region = config.settings.require("region")?.to_owned();
+        let endpoint = match config.settings.get("endpoint") {
+            Some(endpoint) => endpoint.to_owned(),
+            None => format!("https://ec2.{region}.amazonaws.com"),
+        };
+        let endpoint = Url::parse(&endpoint)
+            .map_err(|e: UrlError| ProviderError::Permanent(format!("setting `endpoint`: {e}")))?;
+        let credentials = Credentials {
+            access_key_id: config.secrets.require("access_key_id")?.to_owned(),
+            secret_access_key: config.secrets.require("secret_access_key")?.to_owned(),
+            session_token: config.secrets.get("session_token").map(str::to_owned),
+        };
+        Ok(Ec2 {
+            endpoint,
+            region,
+            credentials,
+            http: Client::new(),
+        })
+    }
+
+    /// Runs `action` and returns the XML body of a successful answer.
+    pub fn call(&self, action: &'static str, params: &Params) -> Result<String, CallError> {
+        let body = params.form(action);
+        let headers = vec![("content-type".to_owned(), CONTENT_TYPE.to_owned())];
+        let time = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let scope = Scope {
+            region: &self.region,
+            service: "ec2",
+            time,
+        };
+        let unsigned = Unsigned {
+            method: "POST",
+            url: &self.endpoint,
+            headers: &headers,
+            payload: body.as_bytes(),
+        };
+        let auth = sigv4::sign(&self.credentials, scope, unsigned);
+        let mut request = Request::new(Method::Post, self.endpoint.clone()).body(body);
+        request.headers = headers.into_iter().chain(auth).collect();
+
+        let response = self
+            .http
+            .send(&request)
+            .map_err(|source| CallError::Http { action, source })?;
+        let text = response.text();
+        if (200..300).contains(&response.status) {
+            return Ok(text);
+        }
+        let retry_after = response.header("retry-after");
+        match xml::error(&text) {
+            Some((code, message)) => Err(CallError::Api {
+                action,
+                status: response.status,
+                code,
+                message,
+                retry_after: retry_after.and_then(status::parse_retry_after),
+            }),
+            None => Err(CallError::Status {
+                action,
+                status: response.status,
+                retry_after: retry_after.map(str::to_owned),
+                body: text.chars().take(200).collect(),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn form_encodes_action_version_and_params_in_order() {
+        let mut params = Params::new();
+        params
+            .push("ImageId", "ami-1")
+            .filter(1, "tag:vmop.dev/uid", &["a b", "c"]);
+        assert_eq!(
+            params.form("DescribeInstances"),
+            "Action=DescribeInstances&Version=2016-11-15&ImageId=ami-1\
+             &Filter.1.Name=tag%3Avmop.dev%2Fuid&Filter.1.Value.1=a%20b&Filter.1.Value.2=c"
+        );
+    }
+
+    #[test]
+    fn api_errors_keep_their_code_and_map_by_it() {
+        let err = CallError::Api {
+            action: "DescribeImages",
+            status: 400,
+            code: "InvalidAMIID.NotFound".into(),
+            message: "The image id '[ami-x]' does not exist".into(),
+            retry_after: None,
+        };
+        assert_eq!(err.code(), Some("InvalidAMIID.NotFound"));
+        match ProviderError::from(err) {
+            ProviderError::InvalidSpec(m) => {
+                assert!(
+                    m.starts_with("DescribeImages failed with HTTP 400: InvalidAMIID"),
+                    "{m}"
+                );
+            }
+            other => panic!("expected invalid-spec, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn missing_credentials_name_the_key() {
+        let config = Config {
+            settings: [("region", "us-east-1")].into_iter().collect(),
+            secrets: [("access_key_id", "AKID")].into_iter().collect(),
+        };
+        match Ec2::from_config(&config) {
+            Err(ProviderError::Permanent(m)) => assert!(m.contains("secret_access_key"), "{m}"),
+            other => panic!("expected a permanent error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn endpoint_defaults_to_the_region() {
+        let config = Config {
+            settings: [("region", "eu-west-1")].into_iter().collect(),
+            secrets: [("access_key_id", "AKID"), ("secret_access_key", "s")]
+                .into_iter()
+                .collect(),
+        };
+        let ec2 = Ec2::from_config(&config).unwrap();
+        assert_eq!(
+            ec2.endpoint.to_string(),
+            "https://ec2.eu-west-1.amazonaws.com/"
+        );
+    }
+}

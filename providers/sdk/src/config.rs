@@ -1,0 +1,140 @@
+//! Typed access to `provider-config`: the ProviderConfig's settings and its credentials Secret.
+//!
+//! A missing key is the operator's configuration error, not the cloud's: it is reported as
+//! `permanent` (no retry until the ProviderConfig or Secret changes) and names the key, never a
+//! value.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::{ProviderConfig, ProviderError};
+
+/// Everything a ProviderConfig hands to one call.
+#[derive(Debug, Clone, Default)]
+pub struct Config {
+    pub settings: Settings,
+    pub secrets: Secrets,
+}
+
+impl From<ProviderConfig> for Config {
+    fn from(config: ProviderConfig) -> Self {
+        Config {
+            settings: Settings(config.settings.into_iter().collect()),
+            secrets: Secrets(config.secrets.into_iter().collect()),
+        }
+    }
+}
+
+/// `ProviderConfig.spec.config`: region, endpoint, overrides. Not secret.
+#[derive(Debug, Clone, Default)]
+pub struct Settings(BTreeMap<String, String>);
+
+impl Settings {
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .get(key)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    }
+
+    /// The value of `key`, or a `permanent` error naming the missing setting.
+    pub fn require(&self, key: &str) -> Result<&str, ProviderError> {
+        self.get(key).ok_or_else(|| {
+            ProviderError::Permanent(format!(
+                "the ProviderConfig has no setting `{key}` (spec.config.{key})"
+            ))
+        })
+    }
+}
+
+impl<K: Into<String>, V: Into<String>> FromIterator<(K, V)> for Settings {
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
+        Settings(
+            iter.into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+        )
+    }
+}
+
+/// The keys of the credentials Secret. `Debug` shows only the keys; errors name only keys.
+#[derive(Clone, Default)]
+pub struct Secrets(BTreeMap<String, String>);
+
+impl Secrets {
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .get(key)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    }
+
+    /// The value of `key`, or a `permanent` error naming the missing key of the Secret.
+    pub fn require(&self, key: &str) -> Result<&str, ProviderError> {
+        self.get(key).ok_or_else(|| {
+            ProviderError::Permanent(format!(
+                "the credentials Secret has no key `{key}` (spec.credentialsSecretRef)"
+            ))
+        })
+    }
+}
+
+impl fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set().entries(self.0.keys()).finish()
+    }
+}
+
+impl<K: Into<String>, V: Into<String>> FromIterator<(K, V)> for Secrets {
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
+        Secrets(
+            iter.into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_setting_is_permanent_and_names_the_key() {
+        let settings: Settings = [("endpoint", "http://x")].into_iter().collect();
+        match settings.require("region") {
+            Err(ProviderError::Permanent(msg)) => assert!(msg.contains("`region`"), "{msg}"),
+            other => panic!("expected a permanent error, got {other:?}"),
+        }
+        assert_eq!(settings.require("endpoint").ok(), Some("http://x"));
+    }
+
+    #[test]
+    fn empty_value_counts_as_missing() {
+        let settings: Settings = [("region", "")].into_iter().collect();
+        assert!(settings.require("region").is_err());
+    }
+
+    #[test]
+    fn secret_errors_and_debug_never_show_values() {
+        let secrets: Secrets = [("secret_access_key", "hunter2-very-secret")]
+            .into_iter()
+            .collect();
+        let err = secrets
+            .require("access_key_id")
+            .err()
+            .map(|e| format!("{e:?}"));
+        let err = err.unwrap_or_default();
+        assert!(err.contains("access_key_id"), "{err}");
+        assert!(!err.contains("hunter2"), "{err}");
+        let debug = format!(
+            "{:?}",
+            Config {
+                secrets,
+                ..Config::default()
+            }
+        );
+        assert!(debug.contains("secret_access_key"), "{debug}");
+        assert!(!debug.contains("hunter2"), "{debug}");
+    }
+}
