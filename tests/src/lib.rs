@@ -1,3 +1,5 @@
 //! Test support for vmop: a real control plane (etcd + kube-apiserver + kube-controller-manager
 //! built from Go modules), a real EC2 API (moto), and the guest `.wasm` files built from
 //! `providers/` and `tests/fixtures/guests/`.
+
+pub mod wasm;

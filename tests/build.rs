@@ -1,0 +1,209 @@
+//! Builds the guest workspaces (`providers/` and `tests/fixtures/guests/`) for `wasm32-wasip2`
+//! and writes `$OUT_DIR/wasm_paths.rs`: every produced `.wasm`, by file stem, with its absolute
+//! path. Tests get real components without a manual build step.
+//!
+//! The guests build with the same `cargo` as the host, in their own target directory
+//! (`<target>/wasm-guests`), without the host build's flags (`RUSTFLAGS`, clippy's wrapper,
+//! coverage instrumentation): those belong to the host and may not even apply to wasm.
+
+use std::env;
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+const TARGET: &str = "wasm32-wasip2";
+
+/// Guest workspaces, relative to the repository root; a missing one is skipped.
+const GUEST_WORKSPACES: [&str; 2] = ["providers", "tests/fixtures/guests"];
+
+/// Variables cargo or the caller set for the host build that must not reach the guest build.
+const HOST_ONLY_ENV: [&str; 9] = [
+    "RUSTFLAGS",
+    "CARGO_ENCODED_RUSTFLAGS",
+    "CARGO_BUILD_RUSTFLAGS",
+    "CARGO_BUILD_TARGET",
+    "CARGO_TARGET_DIR",
+    "CARGO_BUILD_TARGET_DIR",
+    "RUSTC_WORKSPACE_WRAPPER",
+    "CARGO_BUILD_RUSTC_WORKSPACE_WRAPPER",
+    "CLIPPY_ARGS",
+];
+
+fn main() {
+    if let Err(message) = run() {
+        eprintln!("error: {message}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), String> {
+    let manifest_dir = PathBuf::from(env_var("CARGO_MANIFEST_DIR")?);
+    let root = manifest_dir
+        .parent()
+        .ok_or("tests/ has no parent directory")?
+        .to_path_buf();
+    let out_dir = PathBuf::from(env_var("OUT_DIR")?);
+    let target_dir = host_target_dir(&out_dir, &root).join("wasm-guests");
+
+    println!("cargo:rerun-if-changed={}", root.join("wit").display());
+    for var in ["RUSTUP_TOOLCHAIN", "CARGO"] {
+        println!("cargo:rerun-if-env-changed={var}");
+    }
+
+    check_target_installed()?;
+
+    let mut wasm = Vec::new();
+    for workspace in GUEST_WORKSPACES {
+        let dir = root.join(workspace);
+        let manifest = dir.join("Cargo.toml");
+        // Watched even while missing, so the workspace is built as soon as it appears.
+        println!("cargo:rerun-if-changed={}", manifest.display());
+        if !manifest.is_file() {
+            println!("cargo:warning=guest workspace {workspace}/ not found; skipping it");
+            continue;
+        }
+        watch_sources(&dir)?;
+        wasm.extend(build_workspace(&manifest, &target_dir)?);
+    }
+    wasm.sort();
+    wasm.dedup_by(|a, b| a.0 == b.0);
+
+    let mut table = String::from(
+        "/// Every guest component built by `tests/build.rs`: (file stem, absolute path).\n\
+         pub static WASM_PATHS: &[(&str, &str)] = &[\n",
+    );
+    for (name, path) in &wasm {
+        table.push_str(&format!(
+            "    ({name:?}, {:?}),\n",
+            path.display().to_string()
+        ));
+    }
+    table.push_str("];\n");
+    fs::write(out_dir.join("wasm_paths.rs"), table)
+        .map_err(|e| format!("cannot write {}/wasm_paths.rs: {e}", out_dir.display()))
+}
+
+fn env_var(name: &str) -> Result<String, String> {
+    env::var(name).map_err(|_| format!("cargo did not set {name}"))
+}
+
+/// The host build's target directory: the ancestor of `OUT_DIR` holding cargo's `CACHEDIR.TAG`.
+fn host_target_dir(out_dir: &Path, root: &Path) -> PathBuf {
+    out_dir
+        .ancestors()
+        .find(|dir| dir.join("CACHEDIR.TAG").is_file())
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| root.join("target"))
+}
+
+fn check_target_installed() -> Result<(), String> {
+    let rustc = env::var("RUSTC").unwrap_or_else(|_| "rustc".to_owned());
+    let output = Command::new(&rustc)
+        .args(["--print", "sysroot"])
+        .output()
+        .map_err(|e| format!("cannot run `{rustc} --print sysroot`: {e}"))?;
+    let sysroot = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+    let lib = Path::new(&sysroot).join("lib/rustlib").join(TARGET);
+    if lib.is_dir() {
+        Ok(())
+    } else {
+        Err(format!(
+            "the Rust target {TARGET} is not installed (no {}); the provider plugins and test \
+             guests are built for it. Install it with:\n\n    rustup target add {TARGET}\n",
+            lib.display()
+        ))
+    }
+}
+
+/// `rerun-if-changed` for every file of a workspace except build output. A new source file is
+/// noticed through the `mod` line or manifest that must change with it.
+fn watch_sources(dir: &Path) -> Result<(), String> {
+    // Files only: cargo scans a watched directory recursively, build output included.
+    let entries = fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+        let path = entry.path();
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name == "target" || name.starts_with('.') {
+            continue;
+        }
+        if path.is_dir() {
+            watch_sources(&path)?;
+        } else {
+            println!("cargo:rerun-if-changed={}", path.display());
+        }
+    }
+    Ok(())
+}
+
+/// Builds one workspace; returns the `.wasm` artifacts cargo reported, by file stem.
+fn build_workspace(manifest: &Path, target_dir: &Path) -> Result<Vec<(String, PathBuf)>, String> {
+    let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let mut command = Command::new(&cargo);
+    command
+        .arg("build")
+        .arg("--release")
+        .args(["--target", TARGET])
+        .arg("--manifest-path")
+        .arg(manifest)
+        .arg("--target-dir")
+        .arg(target_dir)
+        .arg("--message-format=json-render-diagnostics")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    for var in HOST_ONLY_ENV {
+        command.env_remove(var);
+    }
+    for (var, _) in env::vars_os() {
+        let var = var.to_string_lossy();
+        if var.starts_with("CARGO_PROFILE_") || var.starts_with("CARGO_TARGET_WASM32") {
+            command.env_remove(var.as_ref());
+        }
+    }
+
+    let mut child = command
+        .spawn()
+        .map_err(|e| format!("cannot run `{cargo} build` for {}: {e}", manifest.display()))?;
+    let mut wasm = Vec::new();
+    if let Some(stdout) = child.stdout.take() {
+        for line in BufReader::new(stdout).lines() {
+            let line = line.map_err(|e| format!("cannot read cargo's output: {e}"))?;
+            wasm.extend(wasm_artifacts(&line));
+        }
+    }
+    let status = child
+        .wait()
+        .map_err(|e| format!("cannot wait for `{cargo} build`: {e}"))?;
+    if !status.success() {
+        return Err(format!(
+            "building the guests in {} for {TARGET} failed ({status}); see the errors above",
+            manifest.display()
+        ));
+    }
+    Ok(wasm)
+}
+
+/// The `.wasm` files of one `compiler-artifact` message of cargo's JSON output.
+fn wasm_artifacts(line: &str) -> Vec<(String, PathBuf)> {
+    let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else {
+        return Vec::new();
+    };
+    if message.get("reason").and_then(|r| r.as_str()) != Some("compiler-artifact") {
+        return Vec::new();
+    }
+    let Some(files) = message.get("filenames").and_then(|f| f.as_array()) else {
+        return Vec::new();
+    };
+    files
+        .iter()
+        .filter_map(|f| f.as_str())
+        .map(PathBuf::from)
+        .filter(|path| path.extension().is_some_and(|e| e == "wasm"))
+        .filter_map(|path| {
+            let stem = path.file_stem()?.to_string_lossy().into_owned();
+            Some((stem, path))
+        })
+        .collect()
+}
