@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The one command that runs every check and test of vmop, on a fresh machine or a warm one.
+set -euo pipefail
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$top"
+say() { printf '\n== %s\n' "$*" >&2; }
+
+say "preparing toolchain target, control plane and moto"
+eval "$(scripts/prepare.sh)"
+
+say "formatting"
+cargo fmt --all -- --check
+for ws in providers tests/fixtures/guests; do
+  [ -f "$ws/Cargo.toml" ] && (cd "$ws" && cargo fmt --all -- --check)
+done
+
+say "lints (host workspace, then guests for wasm32-wasip2)"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+for ws in providers tests/fixtures/guests; do
+  [ -f "$ws/Cargo.toml" ] && (cd "$ws" && cargo clippy --workspace --all-targets --target wasm32-wasip2 --locked -- -D warnings)
+done
+
+say "tests (guests are built to wasm32-wasip2 by tests/build.rs)"
+cargo test --workspace --locked "$@"
