@@ -1,0 +1,194 @@
+//! `ProviderConfig`: which plugin to run for a cloud, with which settings, credentials, network
+//! allowlist and limits. Cluster-scoped; VirtualMachines reference it by name.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// How to reach one cloud account through one provider plugin.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+// Several `printcolumn(type_ = ..)` are several columns, not a repeated attribute.
+#[allow(clippy::duplicated_attributes)]
+#[kube(
+    group = "vmop.dev",
+    version = "v1alpha1",
+    kind = "ProviderConfig",
+    shortname = "pc",
+    category = "vmop",
+    status = "ProviderConfigStatus",
+    derive = "PartialEq",
+    doc = "A provider plugin and the settings, credentials, network allowlist and limits it runs with.",
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(name = "Plugin", type_ = "string", json_path = ".status.plugin.name"),
+    printcolumn(
+        name = "Version",
+        type_ = "string",
+        json_path = ".status.plugin.version"
+    ),
+    printcolumn(name = "VMs", type_ = "integer", json_path = ".status.vmCount"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderConfigSpec {
+    /// The plugin file and, optionally, the digest it must have.
+    pub plugin: PluginSource,
+
+    /// Settings handed to every plugin call (region, endpoint, ...). Their meaning is defined by
+    /// the plugin. Not secret: visible to anyone who can read this object.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub config: BTreeMap<String, String>,
+
+    /// The Secret whose keys are handed to every plugin call as credentials. It must live in the
+    /// operator's own namespace, the only namespace where the operator may read Secrets. Its
+    /// values are never logged nor copied into status or events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_secret_ref: Option<SecretRef>,
+
+    /// Outbound HTTP destinations the plugin may call: `scheme://host:port` (e.g.
+    /// `https://ec2.eu-west-1.amazonaws.com:443`) or a host wildcard `*.amazonaws.com`. Empty
+    /// means no network at all. Everything not listed is refused.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(min = 1, max = 512)))]
+    pub allowed_hosts: Vec<String>,
+
+    /// Bounds on every plugin call made for this ProviderConfig.
+    #[serde(default)]
+    pub limits: Limits,
+}
+
+/// Where the plugin comes from.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct PluginSource {
+    /// Path of the `.wasm` component relative to the operator's plugin directory
+    /// (`--plugin-dir`, default `/plugins`), e.g. `ec2.wasm`. No absolute paths, no `..`.
+    #[schemars(
+        length(min = 1, max = 255),
+        regex(pattern = r"^[A-Za-z0-9_-][A-Za-z0-9._-]*(/[A-Za-z0-9_-][A-Za-z0-9._-]*)*$")
+    )]
+    pub path: String,
+
+    /// Optional pin: the lowercase hex SHA-256 of the plugin file. On a mismatch the plugin is
+    /// not loaded, no call is made and the `Ready` condition says why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9a-f]{64}$"))]
+    pub sha256: Option<String>,
+}
+
+/// A Secret in a given namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct SecretRef {
+    /// Namespace of the Secret: must be the operator's namespace.
+    #[schemars(length(min = 1, max = 63))]
+    pub namespace: String,
+    /// Name of the Secret.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+}
+
+/// Per-ProviderConfig call limits.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Limits {
+    /// Wall-clock limit of one plugin call, in seconds.
+    #[serde(default = "defaults::call_timeout_seconds")]
+    #[schemars(range(min = 1, max = 600))]
+    pub call_timeout_seconds: u32,
+
+    /// Memory limit of one plugin instance, in MiB.
+    #[serde(default = "defaults::memory_mib", rename = "memoryMiB")]
+    #[schemars(range(min = 1, max = 4096))]
+    pub memory_mib: u32,
+
+    /// Sustained rate of plugin calls per second, across all VirtualMachines using this
+    /// ProviderConfig (token bucket refill rate).
+    #[serde(default = "defaults::requests_per_second")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub requests_per_second: u32,
+
+    /// Calls that may be made at once above the sustained rate (token bucket size).
+    #[serde(default = "defaults::burst")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub burst: u32,
+
+    /// Plugin calls in flight at the same time for this ProviderConfig.
+    #[serde(default = "defaults::max_concurrent_calls")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub max_concurrent_calls: u32,
+}
+
+mod defaults {
+    pub fn call_timeout_seconds() -> u32 {
+        30
+    }
+    pub fn memory_mib() -> u32 {
+        64
+    }
+    pub fn requests_per_second() -> u32 {
+        10
+    }
+    pub fn burst() -> u32 {
+        20
+    }
+    pub fn max_concurrent_calls() -> u32 {
+        8
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            call_timeout_seconds: defaults::call_timeout_seconds(),
+            memory_mib: defaults::memory_mib(),
+            requests_per_second: defaults::requests_per_second(),
+            burst: defaults::burst(),
+            max_concurrent_calls: defaults::max_concurrent_calls(),
+        }
+    }
+}
+
+/// What the operator observed about this ProviderConfig.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderConfigStatus {
+    /// `Ready`: the plugin is loaded (and matches its pin) and the credentials Secret resolved.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+
+    /// What the loaded plugin reported about itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugin: Option<PluginStatus>,
+
+    /// The `metadata.generation` this status was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// Number of VirtualMachines referencing this ProviderConfig.
+    #[serde(default)]
+    pub vm_count: u32,
+}
+
+/// The loaded plugin.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PluginStatus {
+    /// Provider name the plugin reports, e.g. `ec2`.
+    pub name: String,
+    /// The plugin's own version.
+    pub version: String,
+    /// Lowercase hex SHA-256 of the plugin file that is loaded.
+    pub digest: String,
+    /// Version of the `vmop:provider` WIT package the plugin was built against.
+    pub wit_version: String,
+}

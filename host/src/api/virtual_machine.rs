@@ -1,0 +1,204 @@
+//! `VirtualMachine`: a machine on an external cloud, created and observed through the plugin
+//! of the `ProviderConfig` it names.
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::plugin::Phase;
+
+/// The desired machine. Fields the provider cannot change on a running machine (image, size,
+/// user data, provider) are immutable: replace the VirtualMachine to change them.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+// Several `printcolumn(type_ = ..)` are several columns, not a repeated attribute.
+#[allow(clippy::duplicated_attributes)]
+#[kube(
+    group = "vmop.dev",
+    version = "v1alpha1",
+    kind = "VirtualMachine",
+    namespaced,
+    shortname = "vm",
+    category = "vmop",
+    status = "VirtualMachineStatus",
+    derive = "PartialEq",
+    doc = "A virtual machine on an external cloud, managed through the provider plugin of a ProviderConfig.",
+    printcolumn(
+        name = "Phase",
+        type_ = "string",
+        json_path = ".status.phase",
+        description = "Lifecycle phase as the provider reports it"
+    ),
+    printcolumn(
+        name = "ID",
+        type_ = "string",
+        json_path = ".status.id",
+        description = "The cloud's identifier of the machine"
+    ),
+    printcolumn(
+        name = "Provider",
+        type_ = "string",
+        json_path = ".spec.providerConfigRef.name",
+        description = "The ProviderConfig managing the machine"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[x_kube(validation = Rule::new(
+    "has(self.userData) == has(oldSelf.userData) && (!has(self.userData) || self.userData == oldSelf.userData)"
+).message("userData is immutable: the provider cannot change the user data of an existing machine; create a new VirtualMachine instead").field_path(".userData"))]
+#[serde(rename_all = "camelCase")]
+pub struct VirtualMachineSpec {
+    /// The cluster-scoped ProviderConfig whose plugin creates and manages this machine.
+    /// Immutable: moving a machine between providers is not supported.
+    #[x_kube(validation = Rule::new("self == oldSelf").message("providerConfigRef is immutable: a machine cannot move to another provider; create a new VirtualMachine instead"))]
+    pub provider_config_ref: ProviderConfigRef,
+
+    /// The machine image, in the provider's terms (for EC2 an AMI id such as `ami-0abc...`).
+    /// Immutable.
+    #[schemars(length(min = 1, max = 512))]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("image is immutable: the provider cannot change the image of an existing machine; create a new VirtualMachine instead"))]
+    pub image: String,
+
+    /// Number of virtual CPUs, at least 1. The provider picks the smallest machine type with at
+    /// least this many CPUs and this much memory. Immutable.
+    #[schemars(range(min = 1, max = 1024))]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("cpu is immutable: the provider cannot resize an existing machine; create a new VirtualMachine instead"))]
+    pub cpu: u32,
+
+    /// Memory as a Kubernetes quantity, e.g. `4Gi`, `512Mi` or `1.5Gi`; at least `1Mi`.
+    /// Decimal units are rounded up to whole MiB (`1G` is 954 MiB). Immutable.
+    #[schemars(schema_with = "memory_schema")]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("memory is immutable: the provider cannot resize an existing machine; create a new VirtualMachine instead"))]
+    pub memory: Quantity,
+
+    /// Data handed to the machine at first boot (e.g. a cloud-init document), as plain text.
+    /// Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 65536))]
+    pub user_data: Option<String>,
+
+    /// What happens to the external machine when this VirtualMachine is deleted: `Delete`
+    /// (default) deletes it through the provider before the object goes away; `Orphan` leaves
+    /// it running and only removes the object.
+    #[serde(default)]
+    pub deletion_policy: DeletionPolicy,
+
+    /// When set, the operator maintains a ConfigMap of this name in the VirtualMachine's
+    /// namespace holding `id`, `phase` and `addresses`, for workloads that need to find the
+    /// machine. The ConfigMap is owned by the VirtualMachine and deleted with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection_config_map: Option<ConnectionConfigMap>,
+}
+
+/// A reference to a cluster-scoped ProviderConfig.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct ProviderConfigRef {
+    /// Name of the ProviderConfig.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+}
+
+/// The ConfigMap that publishes how to reach the machine.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct ConnectionConfigMap {
+    /// Name of the ConfigMap, in the VirtualMachine's namespace.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+}
+
+/// What deleting a VirtualMachine does to its external machine.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum DeletionPolicy {
+    /// Delete the external machine, and wait until the provider confirms it is gone.
+    #[default]
+    Delete,
+    /// Leave the external machine running.
+    Orphan,
+}
+
+/// The machine as last observed through the provider.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VirtualMachineStatus {
+    /// The cloud's identifier of the machine, recorded right after it was created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+
+    /// Lifecycle phase as the provider last reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<VmPhase>,
+
+    /// Addresses of the machine, most useful first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<String>,
+
+    /// `Ready` (the machine is observed running) and `Synced` (the last reconcile succeeded;
+    /// otherwise its reason names the error class).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+
+    /// The `metadata.generation` this status was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// The class of the last failed provider call (`TransientError`, `RateLimited`,
+    /// `PermanentError`, `InvalidSpec`, `Unauthorized`), cleared on success.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+/// Lifecycle phase of the external machine.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum VmPhase {
+    Pending,
+    Provisioning,
+    Running,
+    Stopped,
+    Failed,
+    Deleting,
+    Unknown,
+}
+
+impl From<Phase> for VmPhase {
+    fn from(p: Phase) -> Self {
+        match p {
+            Phase::Pending => VmPhase::Pending,
+            Phase::Provisioning => VmPhase::Provisioning,
+            Phase::Running => VmPhase::Running,
+            Phase::Stopped => VmPhase::Stopped,
+            Phase::Failed => VmPhase::Failed,
+            Phase::Deleting => VmPhase::Deleting,
+            Phase::Unknown => VmPhase::Unknown,
+        }
+    }
+}
+
+impl VmPhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VmPhase::Pending => "Pending",
+            VmPhase::Provisioning => "Provisioning",
+            VmPhase::Running => "Running",
+            VmPhase::Stopped => "Stopped",
+            VmPhase::Failed => "Failed",
+            VmPhase::Deleting => "Deleting",
+            VmPhase::Unknown => "Unknown",
+        }
+    }
+}
+
+/// A positive `resource.Quantity`: integer or string, matching the quantity grammar without its
+/// negative sign. (controller-gen adds `anyOf: [integer, string]`, which kube's structural
+/// rewrite would empty; `x-kubernetes-int-or-string` alone says the same.)
+fn memory_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "pattern": r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$",
+        "x-kubernetes-int-or-string": true,
+    })
+}
