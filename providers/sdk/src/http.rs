@@ -205,13 +205,16 @@ impl Client {
         let outgoing = self.outgoing_request(request)?;
         let body = outgoing.body().map_err(|()| HttpError::Rejected("body"))?;
         let future = outgoing_handler::handle(outgoing, Some(self.options()))?;
-        write_body(body, &request.body)?;
+        let sent = write_body(body, &request.body);
 
+        // Waited for even when sending failed: a refused or broken connection fails the body
+        // stream too, and the response says why.
         future.subscribe().block();
         let response = match future.get() {
             Some(Ok(result)) => result?,
             Some(Err(())) | None => return Err(HttpError::NoResponse),
         };
+        sent?;
         self.read_response(response)
     }
 
