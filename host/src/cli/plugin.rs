@@ -1,13 +1,282 @@
-//! `vmop plugin`: inspect or call a provider plugin in the production sandbox.
+//! `vmop plugin`: inspect or call a provider plugin in the production sandbox, without a
+//! cluster. This is how a provider author tries a plugin: the same registry (digest, pin,
+//! WIT check), the same Store limits, egress allowlist and error mapping as the operator.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use serde_json::{Value, json};
+
+use crate::plugin::{
+    CallContext, CallError, CallLimits, EgressPolicy, EngineConfig, Phase, Plugin, PluginEngine,
+    PluginRegistry, ProviderSettings, RegistryConfig, VmSpec, VmStatus,
+};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum PluginCommand {
     /// Print name, version, WIT version, digest and imports of a plugin file.
     Inspect {
-        file: std::path::PathBuf,
+        file: PathBuf,
+        /// Refuse the file unless its sha256 is this (hex, optionally `sha256:`-prefixed).
+        #[arg(long)]
+        pin: Option<String>,
     },
+    /// Call `create`, `get` or `delete` in the production sandbox; print the result as JSON.
+    Call(CallArgs),
 }
 
-pub async fn run(_cmd: PluginCommand) -> anyhow::Result<()> {
-    anyhow::bail!("not implemented yet")
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CallOp {
+    Create,
+    Get,
+    Delete,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CallArgs {
+    file: PathBuf,
+    #[arg(value_enum)]
+    op: CallOp,
+    /// A `spec.config` entry handed to the plugin (repeatable).
+    #[arg(long = "config", value_name = "KEY=VALUE", value_parser = parse_key_value)]
+    config: Vec<(String, String)>,
+    /// A credentials entry handed to the plugin as secret config (repeatable; never printed).
+    #[arg(long = "secret", value_name = "KEY=VALUE", value_parser = parse_key_value)]
+    secret: Vec<(String, String)>,
+    /// An `allowedHosts` entry (`scheme://host:port`, `*.suffix`; repeatable). None: no network.
+    #[arg(long = "allow-host", value_name = "HOST")]
+    allow_host: Vec<String>,
+    /// The VM for `create`: a YAML or JSON file with name, namespace, uid, image, cpu,
+    /// memoryMib, userData, labels.
+    #[arg(long, required_if_eq("op", "create"))]
+    spec: Option<PathBuf>,
+    /// The cloud's VM id for `get` and `delete`.
+    #[arg(long, required_if_eq_any([("op", "get"), ("op", "delete")]))]
+    id: Option<String>,
+    /// Call time limit, e.g. `30s`, `500ms`, `2m`.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    timeout: Duration,
+    /// Memory cap, e.g. `128Mi`, `1Gi`, or bytes.
+    #[arg(long, default_value = "128Mi", value_parser = parse_bytes)]
+    memory: usize,
+    /// Refuse the file unless its sha256 is this.
+    #[arg(long)]
+    pin: Option<String>,
+}
+
+pub async fn run(cmd: PluginCommand) -> anyhow::Result<()> {
+    match cmd {
+        PluginCommand::Inspect { file, pin } => {
+            let plugin = load(&file, pin.as_deref(), CallLimits::default()).await?;
+            print_json(&inspect_json(&plugin))
+        }
+        PluginCommand::Call(args) => call(args).await,
+    }
+}
+
+async fn call(args: CallArgs) -> anyhow::Result<()> {
+    let limits = CallLimits {
+        timeout: args.timeout,
+        memory_bytes: args.memory,
+        ..CallLimits::default()
+    };
+    let ctx = CallContext {
+        settings: ProviderSettings {
+            settings: args.config.into_iter().collect(),
+            secrets: args.secret.into_iter().collect(),
+        },
+        egress: EgressPolicy::parse(&args.allow_host)?,
+        limits,
+        label: "vmop-plugin-call".to_string(),
+    };
+    let plugin = load(&args.file, args.pin.as_deref(), limits).await?;
+    let id = || args.id.clone().unwrap_or_default();
+    let result: Result<Value, CallError> = match args.op {
+        CallOp::Create => {
+            let path = args
+                .spec
+                .as_deref()
+                .context("--spec is required for create")?;
+            let spec = read_spec(path)?;
+            plugin.create(&ctx, &spec).await.map(|s| status_json(&s))
+        }
+        CallOp::Get => plugin
+            .get(&ctx, &id())
+            .await
+            .map(|s| s.as_ref().map_or(Value::Null, status_json)),
+        CallOp::Delete => plugin
+            .delete(&ctx, &id())
+            .await
+            .map(|()| json!({ "deleted": id() })),
+    };
+    match result {
+        Ok(value) => print_json(&json!({ "ok": value })),
+        Err(e) => {
+            print_json(&json!({ "error": {
+                "class": e.class().reason(),
+                "fault": format!("{:?}", e.fault()),
+                "message": format!("{:#}", anyhow::Error::from(e)),
+            }}))?;
+            anyhow::bail!("plugin call failed")
+        }
+    }
+}
+
+/// Loads `file` through a registry over its directory: exactly the operator's loading path.
+async fn load(
+    file: &Path,
+    pin: Option<&str>,
+    limits: CallLimits,
+) -> anyhow::Result<std::sync::Arc<Plugin>> {
+    let dir = match file.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = file.file_name().context("the plugin path names no file")?;
+    let engine = PluginEngine::new(&EngineConfig {
+        max_instances: 4,
+        max_memory_bytes: limits
+            .memory_bytes
+            .max(EngineConfig::default().max_memory_bytes),
+        ..EngineConfig::default()
+    })?;
+    let registry = PluginRegistry::new(
+        engine,
+        RegistryConfig {
+            plugin_dir: dir,
+            cache_dir: None,
+            info_limits: limits,
+        },
+    )?;
+    Ok(registry.load(Path::new(name), pin).await?)
+}
+
+fn inspect_json(plugin: &Plugin) -> Value {
+    let info = plugin.info();
+    json!({
+        "name": info.name,
+        "version": info.version,
+        "witVersion": info.wit_version,
+        "hostWitVersion": crate::plugin::WIT_VERSION,
+        "capabilities": info.capabilities,
+        "sha256": plugin.digest(),
+        "imports": plugin.imports(),
+    })
+}
+
+fn status_json(s: &VmStatus) -> Value {
+    json!({
+        "id": s.id,
+        "phase": Phase::as_str(s.phase),
+        "addresses": s.addresses,
+        "message": s.message,
+    })
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct SpecFile {
+    name: String,
+    #[serde(default = "default_namespace")]
+    namespace: String,
+    /// Defaults to `cli-<namespace>-<name>`: stable, so repeated creates stay idempotent.
+    uid: Option<String>,
+    image: String,
+    cpu: u32,
+    memory_mib: u64,
+    user_data: Option<String>,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+}
+
+fn default_namespace() -> String {
+    "default".to_string()
+}
+
+fn read_spec(path: &Path) -> anyhow::Result<VmSpec> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("failed to read spec file {}", path.display()))?;
+    // JSON is YAML, so one parser reads both.
+    let spec: SpecFile = serde_norway::from_str(&text)
+        .with_context(|| format!("invalid spec file {}", path.display()))?;
+    Ok(VmSpec {
+        uid: spec
+            .uid
+            .unwrap_or_else(|| format!("cli-{}-{}", spec.namespace, spec.name)),
+        name: spec.name,
+        namespace: spec.namespace,
+        image: spec.image,
+        cpu: spec.cpu,
+        memory_mib: spec.memory_mib,
+        user_data: spec.user_data,
+        labels: spec.labels,
+    })
+}
+
+fn print_json(value: &Value) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer_pretty(&mut out, value)?;
+    writeln!(out)?;
+    Ok(())
+}
+
+fn parse_key_value(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("expected KEY=VALUE, got {s:?}")),
+    }
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (number, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("invalid duration {s:?}"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" | "" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n.saturating_mul(60))),
+        _ => Err(format!("invalid duration {s:?}: use ms, s or m")),
+    }
+}
+
+fn parse_bytes(s: &str) -> Result<usize, String> {
+    let (number, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: usize = number.parse().map_err(|_| format!("invalid size {s:?}"))?;
+    let factor: usize = match unit {
+        "" => 1,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "K" | "k" => 1_000,
+        "M" => 1_000_000,
+        "G" => 1_000_000_000,
+        _ => {
+            return Err(format!(
+                "invalid size {s:?}: use Ki, Mi, Gi, K, M, G or bytes"
+            ));
+        }
+    };
+    n.checked_mul(factor)
+        .ok_or_else(|| format!("size {s:?} is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_durations_and_sizes() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("2h").is_err());
+        assert_eq!(parse_bytes("64Mi"), Ok(64 << 20));
+        assert_eq!(parse_bytes("1000"), Ok(1000));
+        assert!(parse_bytes("1Ti").is_err());
+        assert_eq!(parse_key_value("a=b=c"), Ok(("a".into(), "b=c".into())));
+        assert!(parse_key_value("=x").is_err());
+    }
 }

@@ -1,6 +1,28 @@
 //! The plugin runtime: one wasmtime engine, a registry of compiled provider components, and a
 //! sandbox that runs every call in a fresh, bounded Store.
+//!
+//! - [`engine`]: the engine, linker, epoch ticker and instance slots.
+//! - [`registry`]: loading from the plugin directory (pin, cache, reload).
+//! - [`Plugin`]: one compiled component; `create`/`get`/`delete` through the sandbox.
+//! - [`sandbox`]: per-call limits and the typed [`CallError`].
+//! - [`egress`]: the outbound HTTP allowlist.
+//! - [`cache`]: precompiled artifacts on disk.
 
+mod bindings;
+pub mod cache;
+mod component;
+pub mod egress;
+pub mod engine;
+mod output;
+pub mod registry;
+pub mod sandbox;
+mod state;
 pub mod types;
 
+pub use bindings::WIT_VERSION;
+pub use component::Plugin;
+pub use egress::{EgressParseError, EgressPolicy};
+pub use engine::{EngineConfig, EngineError, PluginEngine};
+pub use registry::{LoadError, PluginEvent, PluginRegistry, RegistryConfig, RegistryStats};
+pub use sandbox::{CallContext, CallError, CallLimits};
 pub use types::*;

@@ -87,7 +87,10 @@ pub enum ProviderError {
     #[error("transient provider error: {0}")]
     Transient(String),
     #[error("rate limited by the cloud (retry after {retry_after:?}): {message}")]
-    RateLimited { retry_after: Duration, message: String },
+    RateLimited {
+        retry_after: Duration,
+        message: String,
+    },
     #[error("permanent provider error: {0}")]
     Permanent(String),
     #[error("invalid spec: {0}")]

@@ -1,0 +1,119 @@
+//! The one place that generates bindings for `wit/provider.wit` (world `plugin`), and the
+//! conversions between the generated types and [`super::types`].
+//!
+//! Nothing outside `plugin/` sees a generated type: the reconcilers and the CLI work with the
+//! host-side types only, so a WIT change is absorbed here.
+
+use std::time::Duration;
+
+use super::types::{Phase, PluginInfo, ProviderError, ProviderSettings, VmSpec, VmStatus};
+
+wasmtime::component::bindgen!({
+    path: "../wit",
+    world: "plugin",
+    // `log` is a cheap synchronous host function; the exports are called on async stores.
+    exports: { default: async },
+});
+
+pub(crate) use exports::vmop::provider::provider as wit_provider;
+pub(crate) use vmop::provider::log as wit_log;
+use vmop::provider::types as wit;
+pub(crate) use vmop::provider::types::{ProviderConfig, VmSpec as WitVmSpec};
+
+/// The WIT package version this host was built against (`package vmop:provider@X.Y.Z`).
+pub const WIT_VERSION: &str = "0.1.0";
+
+impl From<&ProviderSettings> for ProviderConfig {
+    fn from(s: &ProviderSettings) -> Self {
+        let pairs = |m: &std::collections::BTreeMap<String, String>| {
+            m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+        };
+        ProviderConfig {
+            settings: pairs(&s.settings),
+            secrets: pairs(&s.secrets),
+        }
+    }
+}
+
+impl From<&VmSpec> for wit::VmSpec {
+    fn from(s: &VmSpec) -> Self {
+        wit::VmSpec {
+            name: s.name.clone(),
+            namespace: s.namespace.clone(),
+            uid: s.uid.clone(),
+            image: s.image.clone(),
+            cpu: s.cpu,
+            memory_mib: s.memory_mib,
+            user_data: s.user_data.clone(),
+            labels: s
+                .labels
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        }
+    }
+}
+
+impl From<wit::Phase> for Phase {
+    fn from(p: wit::Phase) -> Self {
+        match p {
+            wit::Phase::Pending => Phase::Pending,
+            wit::Phase::Provisioning => Phase::Provisioning,
+            wit::Phase::Running => Phase::Running,
+            wit::Phase::Stopped => Phase::Stopped,
+            wit::Phase::Failed => Phase::Failed,
+            wit::Phase::Deleting => Phase::Deleting,
+            wit::Phase::Unknown => Phase::Unknown,
+        }
+    }
+}
+
+impl From<wit::VmStatus> for VmStatus {
+    fn from(s: wit::VmStatus) -> Self {
+        VmStatus {
+            id: s.id,
+            phase: s.phase.into(),
+            addresses: s.addresses,
+            message: s.message,
+        }
+    }
+}
+
+impl From<wit::ProviderError> for ProviderError {
+    fn from(e: wit::ProviderError) -> Self {
+        match e {
+            wit::ProviderError::Transient(m) => ProviderError::Transient(m),
+            wit::ProviderError::RateLimited(r) => ProviderError::RateLimited {
+                retry_after: Duration::from_millis(r.retry_after_ms),
+                message: r.message,
+            },
+            wit::ProviderError::Permanent(m) => ProviderError::Permanent(m),
+            wit::ProviderError::InvalidSpec(m) => ProviderError::InvalidSpec(m),
+            wit::ProviderError::Unauthorized(m) => ProviderError::Unauthorized(m),
+        }
+    }
+}
+
+impl From<wit::PluginInfo> for PluginInfo {
+    fn from(i: wit::PluginInfo) -> Self {
+        PluginInfo {
+            name: i.name,
+            version: i.version,
+            wit_version: i.wit_version,
+            capabilities: i.capabilities,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn wit_version_matches_the_package() {
+        let wit = include_str!("../../../wit/provider.wit");
+        let expected = format!("package vmop:provider@{};", super::WIT_VERSION);
+        assert!(
+            wit.contains(&expected),
+            "wit/provider.wit does not declare {expected}"
+        );
+    }
+}

@@ -1,0 +1,102 @@
+//! [`Plugin`]: one compiled and pre-linked provider component, shared by every call of every
+//! ProviderConfig that uses the same file content.
+
+use std::fmt;
+use std::sync::Arc;
+
+use wasmtime::component::Component;
+
+use super::bindings::{self, ProviderConfig};
+use super::engine::PluginEngine;
+use super::sandbox::{self, CallContext, CallError};
+use super::state::State;
+use super::types::{PluginInfo, VmSpec, VmStatus};
+
+/// A loaded plugin: one per digest, pre-instantiated once. Calls run in fresh Stores (see
+/// [`sandbox`]), so a `Plugin` is freely shared across tasks; replacing the file makes a new
+/// `Plugin` while calls holding this one finish on it.
+pub struct Plugin {
+    digest: String,
+    info: PluginInfo,
+    imports: Vec<String>,
+    pre: bindings::PluginPre<State>,
+    engine: Arc<PluginEngine>,
+}
+
+impl fmt::Debug for Plugin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Plugin")
+            .field("digest", &self.digest)
+            .field("info", &self.info)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Plugin {
+    /// Links `component` against the host (failing if it imports anything the host does not
+    /// provide) and asks it for its `info()`.
+    pub(crate) async fn prepare(
+        engine: Arc<PluginEngine>,
+        component: &Component,
+        digest: String,
+        info_ctx: &CallContext,
+    ) -> Result<Result<Self, CallError>, wasmtime::Error> {
+        let instance_pre = engine.linker().instantiate_pre(component)?;
+        let pre = bindings::PluginPre::new(instance_pre)?;
+        let imports = component
+            .component_type()
+            .imports(engine.engine())
+            .map(|(name, _)| name.to_string())
+            .collect();
+        let info = match sandbox::call(&engine, &pre, info_ctx, sandbox::Info).await {
+            Ok(info) => info,
+            Err(e) => return Ok(Err(e)),
+        };
+        Ok(Ok(Plugin {
+            digest,
+            info,
+            imports,
+            pre,
+            engine,
+        }))
+    }
+
+    /// The sha256 of the file, lowercase hex.
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    /// What `info()` returned when the plugin was loaded.
+    pub fn info(&self) -> &PluginInfo {
+        &self.info
+    }
+
+    /// The component's imports (interface names), as declared in its type.
+    pub fn imports(&self) -> &[String] {
+        &self.imports
+    }
+
+    pub async fn create(&self, ctx: &CallContext, spec: &VmSpec) -> Result<VmStatus, CallError> {
+        let export = sandbox::Create {
+            config: ProviderConfig::from(&ctx.settings),
+            spec: spec.into(),
+        };
+        Ok(sandbox::call(&self.engine, &self.pre, ctx, export).await??)
+    }
+
+    pub async fn get(&self, ctx: &CallContext, id: &str) -> Result<Option<VmStatus>, CallError> {
+        let export = sandbox::Get {
+            config: ProviderConfig::from(&ctx.settings),
+            id: id.to_string(),
+        };
+        Ok(sandbox::call(&self.engine, &self.pre, ctx, export).await??)
+    }
+
+    pub async fn delete(&self, ctx: &CallContext, id: &str) -> Result<(), CallError> {
+        let export = sandbox::Delete {
+            config: ProviderConfig::from(&ctx.settings),
+            id: id.to_string(),
+        };
+        Ok(sandbox::call(&self.engine, &self.pre, ctx, export).await??)
+    }
+}

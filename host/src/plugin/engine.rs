@@ -1,0 +1,207 @@
+//! The one wasmtime [`Engine`] of the process, its [`Linker`], the epoch ticker and the bound on
+//! concurrent instances.
+//!
+//! # Allocation
+//!
+//! The pooling allocator (pre-reserved slots, copy-on-write memory images: the cheapest
+//! instantiation) is used when the machine lets us reserve its address space; otherwise, or
+//! when [`EngineConfig::pooling`] is off, the on-demand allocator. Either way at most
+//! [`EngineConfig::max_instances`] instances exist at once: callers wait for a slot instead of
+//! failing on pool exhaustion.
+//!
+//! # Epochs
+//!
+//! A dedicated OS thread increments the epoch every [`EngineConfig::epoch_tick`]. A thread
+//! rather than a tokio task because a guest spinning on a runtime worker must not be able to
+//! starve the very timer that stops it. Missed ticks are skipped, never replayed in a burst.
+//! The thread stops when the [`PluginEngine`] is dropped.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use wasmtime::component::{HasSelf, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use super::bindings;
+use super::state::State;
+
+/// A wasmtime error as a `std::error::Error` source.
+pub(crate) type WasmError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Instances alive at once (concurrent calls, including the `info()` call of a load).
+    pub max_instances: u32,
+    /// The largest memory cap any call may have; a call's own cap is clamped to it.
+    pub max_memory_bytes: usize,
+    /// Epoch period: the granularity of deadlines and how often a busy guest yields.
+    pub epoch_tick: Duration,
+    /// Try the pooling allocator (falls back to on-demand when unsupported).
+    pub pooling: bool,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            max_instances: 64,
+            max_memory_bytes: 512 << 20,
+            epoch_tick: Duration::from_millis(10),
+            pooling: true,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("failed to create the wasmtime engine")]
+    Create(#[source] WasmError),
+    #[error("failed to link the host functions")]
+    Link(#[source] WasmError),
+    #[error("failed to start the epoch ticker thread")]
+    Ticker(#[source] std::io::Error),
+}
+
+/// Engine, linker and instance slots shared by every plugin.
+pub struct PluginEngine {
+    engine: Engine,
+    linker: Linker<State>,
+    pooling: bool,
+    max_memory_bytes: usize,
+    slots: Arc<Semaphore>,
+    _ticker: EpochTicker,
+}
+
+impl fmt::Debug for PluginEngine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PluginEngine")
+            .field("pooling", &self.pooling)
+            .field("max_memory_bytes", &self.max_memory_bytes)
+            .field("free_slots", &self.slots.available_permits())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PluginEngine {
+    pub fn new(config: &EngineConfig) -> Result<Arc<Self>, EngineError> {
+        let (engine, pooling) = if config.pooling {
+            match Engine::new(&wasmtime_config(Some(config))) {
+                Ok(engine) => (engine, true),
+                Err(e) => {
+                    tracing::warn!(error = %e, "pooling allocator unavailable, using on-demand allocation");
+                    (on_demand_engine()?, false)
+                }
+            }
+        } else {
+            (on_demand_engine()?, false)
+        };
+        let linker = linker(&engine).map_err(|e| EngineError::Link(e.into()))?;
+        let ticker = EpochTicker::start(engine.clone(), config.epoch_tick)?;
+        let slots = usize::try_from(config.max_instances).unwrap_or(usize::MAX);
+        Ok(Arc::new(PluginEngine {
+            engine,
+            linker,
+            pooling,
+            max_memory_bytes: config.max_memory_bytes,
+            slots: Arc::new(Semaphore::new(slots)),
+            _ticker: ticker,
+        }))
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    pub(crate) fn linker(&self) -> &Linker<State> {
+        &self.linker
+    }
+
+    /// Whether the pooling allocator is in use.
+    pub fn is_pooling(&self) -> bool {
+        self.pooling
+    }
+
+    /// A call's memory cap, bounded by what the engine was sized for.
+    pub(crate) fn memory_cap(&self, requested: usize) -> usize {
+        requested.min(self.max_memory_bytes)
+    }
+
+    /// Waits for an instance slot.
+    pub(crate) async fn slot(&self) -> Option<OwnedSemaphorePermit> {
+        self.slots.clone().acquire_owned().await.ok()
+    }
+}
+
+fn on_demand_engine() -> Result<Engine, EngineError> {
+    Engine::new(&wasmtime_config(None)).map_err(|e| EngineError::Create(e.into()))
+}
+
+fn wasmtime_config(pooling: Option<&EngineConfig>) -> Config {
+    let mut config = Config::new();
+    config.epoch_interruption(true);
+    config.wasm_component_model(true);
+    if let Some(c) = pooling {
+        let n = c.max_instances.max(1);
+        let mut pool = PoolingAllocationConfig::new();
+        // A Rust wasip2 component is a few core instances (the program plus shims), one memory
+        // and a few tables; the per-component maxima leave room for bigger toolchains.
+        pool.total_component_instances(n)
+            .total_core_instances(n.saturating_mul(8))
+            .total_memories(n.saturating_mul(2))
+            .total_tables(n.saturating_mul(8))
+            .total_stacks(n)
+            .max_core_instances_per_component(16)
+            .max_memories_per_component(4)
+            .max_tables_per_component(16)
+            .max_memory_size(c.max_memory_bytes);
+        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    }
+    config
+}
+
+/// WASI p2 (nothing granted: see `State`), wasi-http behind the egress hooks, and `log`.
+fn linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
+    let mut linker = Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+    bindings::Plugin::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s)?;
+    Ok(linker)
+}
+
+/// Increments the engine's epoch on its own thread until dropped.
+struct EpochTicker {
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl EpochTicker {
+    fn start(engine: Engine, tick: Duration) -> Result<Self, EngineError> {
+        let (stop, stopped) = mpsc::channel::<()>();
+        let thread = thread::Builder::new()
+            .name("vmop-epoch".into())
+            .spawn(move || {
+                // `recv_timeout` returns early only when the sender is dropped: stop then.
+                while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(tick) {
+                    engine.increment_epoch();
+                }
+            })
+            .map_err(EngineError::Ticker)?;
+        Ok(EpochTicker {
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for EpochTicker {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            // The thread only sleeps and increments; it cannot panic in a way worth reporting.
+            let _ = thread.join();
+        }
+    }
+}

@@ -1,0 +1,560 @@
+//! [`PluginRegistry`]: plugin files from the plugin directory, verified, compiled once per
+//! digest, kept current when the files change.
+//!
+//! # Guarantees
+//!
+//! - A path must stay inside the plugin directory, after following symlinks.
+//! - With a pin, a file whose sha256 differs is refused ([`LoadError::DigestMismatch`]) and any
+//!   earlier version of that path stops being served.
+//! - One [`Plugin`] per digest: loading the same content again (another path, another
+//!   ProviderConfig, a file touched without changes) reuses it ([`RegistryStats::digest_hits`]).
+//! - Compilation runs on the blocking pool, never on the caller's async worker; a precompiled
+//!   artifact from the [`ArtifactCache`] replaces it when this process wrote one.
+//! - `info()` is called once per digest; its `wit_version` must have the host's major.minor.
+//!
+//! # Changes
+//!
+//! Every `load` compares the file's metadata (size, mtime, inode) with what was loaded and
+//! re-reads it when they differ. [`PluginRegistry::watch`] does the same for every loaded path
+//! periodically (polling works on every volume type, including ConfigMap symlink swaps, where
+//! inotify is unreliable). A changed file is loaded and swapped in atomically: the path then
+//! resolves to the new `Plugin`, while calls holding the old `Arc<Plugin>` finish on it. A
+//! file that changed into something that does not load stops being served. Each swap or
+//! failure is announced on [`PluginRegistry::subscribe`], so the controller can re-enqueue
+//! the VMs of the ProviderConfigs using that path.
+
+use std::collections::HashMap;
+use std::path::{Component as PathPart, Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, SystemTime};
+
+use sha2::{Digest, Sha256};
+use tokio::sync::broadcast;
+use wasmtime::component::Component;
+
+use super::bindings::WIT_VERSION;
+use super::cache::ArtifactCache;
+use super::component::Plugin;
+use super::engine::{PluginEngine, WasmError};
+use super::sandbox::{CallContext, CallError, CallLimits};
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("invalid plugin path {path}: {reason}")]
+    InvalidPath { path: PathBuf, reason: &'static str },
+    #[error("invalid sha256 pin {pin:?}: expected 64 hex digits")]
+    InvalidPin { pin: String },
+    #[error("failed to read plugin file {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("plugin digest mismatch: pinned sha256 {expected}, file has {actual}")]
+    DigestMismatch { expected: String, actual: String },
+    #[error("plugin {path} is not a valid WebAssembly component")]
+    Compile {
+        path: PathBuf,
+        #[source]
+        source: WasmError,
+    },
+    #[error("compilation of plugin {path} did not complete")]
+    CompileTask {
+        path: PathBuf,
+        #[source]
+        source: tokio::task::JoinError,
+    },
+    #[error("plugin {path} needs imports the host does not provide")]
+    Link {
+        path: PathBuf,
+        #[source]
+        source: WasmError,
+    },
+    #[error("plugin {path} failed its info() call")]
+    Info {
+        path: PathBuf,
+        #[source]
+        source: CallError,
+    },
+    #[error("plugin {path} was built for WIT {plugin}, the host speaks {host}")]
+    IncompatibleWit {
+        path: PathBuf,
+        plugin: String,
+        host: &'static str,
+    },
+}
+
+/// A path's plugin was swapped or stopped being served.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginEvent {
+    /// Relative to the plugin directory, as passed to [`PluginRegistry::load`].
+    pub path: PathBuf,
+    /// The digest now served, or `None` when the new file failed to load (`error` says why).
+    pub digest: Option<String>,
+    pub error: Option<String>,
+}
+
+/// Counters that make the registry's caching observable.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RegistryStats {
+    /// Components compiled from wasm.
+    pub compiled: u64,
+    /// Components deserialized from this process's precompiled artifacts.
+    pub disk_hits: u64,
+    /// Loads answered by an already-loaded digest.
+    pub digest_hits: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct RegistryConfig {
+    pub plugin_dir: PathBuf,
+    /// Where precompiled artifacts go; `None` disables the disk cache.
+    pub cache_dir: Option<PathBuf>,
+    /// Limits of the `info()` call made at load.
+    pub info_limits: CallLimits,
+}
+
+/// The plugins of one plugin directory. Cheap to clone (shared state).
+#[derive(Debug, Clone)]
+pub struct PluginRegistry {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    engine: Arc<PluginEngine>,
+    dir: PathBuf,
+    cache: Option<ArtifactCache>,
+    info_limits: CallLimits,
+    tables: Mutex<Tables>,
+    /// One compilation at a time: they are CPU-bound, and a second load of the same digest
+    /// waiting here finds the first one's result.
+    compiling: tokio::sync::Mutex<()>,
+    events: broadcast::Sender<PluginEvent>,
+    compiled: AtomicU64,
+    disk_hits: AtomicU64,
+    digest_hits: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Tables {
+    by_digest: HashMap<String, Arc<Plugin>>,
+    by_path: HashMap<PathBuf, Loaded>,
+}
+
+#[derive(Debug)]
+struct Loaded {
+    plugin: Arc<Plugin>,
+    stamp: FileStamp,
+    pin: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileStamp {
+    len: u64,
+    modified: Option<SystemTime>,
+    inode: u64,
+}
+
+impl FileStamp {
+    async fn of(path: &Path) -> std::io::Result<Self> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = tokio::fs::metadata(path).await?;
+        Ok(FileStamp {
+            len: meta.len(),
+            modified: meta.modified().ok(),
+            inode: meta.ino(),
+        })
+    }
+}
+
+impl PluginRegistry {
+    /// A registry over `config.plugin_dir` (which must exist). A cache directory that cannot
+    /// be created disables the disk cache with a warning rather than failing.
+    pub fn new(engine: Arc<PluginEngine>, config: RegistryConfig) -> Result<Self, LoadError> {
+        let dir = std::fs::canonicalize(&config.plugin_dir).map_err(|source| LoadError::Read {
+            path: config.plugin_dir.clone(),
+            source,
+        })?;
+        let cache = config.cache_dir.as_deref().and_then(|d| {
+            ArtifactCache::new(d, engine.engine())
+                .inspect_err(|e| tracing::warn!(error = %e, "plugin artifact cache disabled"))
+                .ok()
+        });
+        let (events, _) = broadcast::channel(64);
+        Ok(PluginRegistry {
+            inner: Arc::new(Inner {
+                engine,
+                dir,
+                cache,
+                info_limits: config.info_limits,
+                tables: Mutex::default(),
+                compiling: tokio::sync::Mutex::new(()),
+                events,
+                compiled: AtomicU64::new(0),
+                disk_hits: AtomicU64::new(0),
+                digest_hits: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    pub fn engine(&self) -> &Arc<PluginEngine> {
+        &self.inner.engine
+    }
+
+    pub fn stats(&self) -> RegistryStats {
+        let i = &self.inner;
+        RegistryStats {
+            compiled: i.compiled.load(Ordering::Relaxed),
+            disk_hits: i.disk_hits.load(Ordering::Relaxed),
+            digest_hits: i.digest_hits.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Swaps and failures of loaded paths, as they happen.
+    pub fn subscribe(&self) -> broadcast::Receiver<PluginEvent> {
+        self.inner.events.subscribe()
+    }
+
+    /// The plugin currently served for `path`, without touching the file.
+    pub fn get(&self, path: impl AsRef<Path>) -> Option<Arc<Plugin>> {
+        let rel = relative(path.as_ref()).ok()?;
+        self.tables().by_path.get(&rel).map(|l| l.plugin.clone())
+    }
+
+    /// The plugin in `path` (relative to the plugin directory), checked against `pin` (hex
+    /// sha256, optionally prefixed `sha256:`). Cheap when the file has not changed since the
+    /// last load: one `stat`.
+    pub async fn load(
+        &self,
+        path: impl AsRef<Path>,
+        pin: Option<&str>,
+    ) -> Result<Arc<Plugin>, LoadError> {
+        let rel = relative(path.as_ref())?;
+        let pin = pin.map(parse_pin).transpose()?;
+        let full = self.resolve(&rel)?;
+        let stamp = FileStamp::of(&full)
+            .await
+            .map_err(|source| LoadError::Read {
+                path: rel.clone(),
+                source,
+            })?;
+        {
+            let mut tables = self.tables();
+            if let Some(loaded) = tables.by_path.get_mut(&rel)
+                && loaded.stamp == stamp
+            {
+                check_pin(pin.as_deref(), loaded.plugin.digest())?;
+                loaded.pin = pin;
+                return Ok(loaded.plugin.clone());
+            }
+        }
+        self.reload(&rel, &full, stamp, pin).await
+    }
+
+    /// Re-reads every loaded path whose metadata changed; returns (and broadcasts) what
+    /// happened to each.
+    pub async fn poll_changes(&self) -> Vec<PluginEvent> {
+        let loaded: Vec<(PathBuf, FileStamp, Option<String>)> = self
+            .tables()
+            .by_path
+            .iter()
+            .map(|(p, l)| (p.clone(), l.stamp, l.pin.clone()))
+            .collect();
+        let mut events = Vec::new();
+        for (rel, stamp, pin) in loaded {
+            let full = self.inner.dir.join(&rel);
+            let now = FileStamp::of(&full).await.ok();
+            if now == Some(stamp) {
+                continue;
+            }
+            let result = match (self.resolve(&rel), now) {
+                (Ok(full), Some(now)) => self.reload(&rel, &full, now, pin).await.map(|_| ()),
+                (Err(e), _) => Err(e),
+                (Ok(_), None) => Err(LoadError::Read {
+                    path: rel.clone(),
+                    source: std::io::ErrorKind::NotFound.into(),
+                }),
+            };
+            if let Err(e) = result {
+                // `reload` already announced digest swaps; failures are announced here.
+                self.tables().by_path.remove(&rel);
+                let event = PluginEvent {
+                    path: rel,
+                    digest: None,
+                    error: Some(error_chain(&e)),
+                };
+                tracing::warn!(path = %event.path.display(), error = %e, "plugin file changed and no longer loads");
+                let _ = self.inner.events.send(event.clone());
+                events.push(event);
+            }
+        }
+        events
+    }
+
+    /// Polls for changes every `interval` until the registry is dropped.
+    pub fn watch(&self, interval: Duration) -> tokio::task::JoinHandle<()> {
+        let weak: Weak<Inner> = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(interval);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            loop {
+                ticks.tick().await;
+                let Some(inner) = weak.upgrade() else { break };
+                PluginRegistry { inner }.poll_changes().await;
+            }
+        })
+    }
+
+    fn tables(&self) -> MutexGuard<'_, Tables> {
+        self.inner.tables.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The file for `rel`, which must resolve (symlinks followed) inside the plugin directory.
+    fn resolve(&self, rel: &Path) -> Result<PathBuf, LoadError> {
+        let full =
+            std::fs::canonicalize(self.inner.dir.join(rel)).map_err(|source| LoadError::Read {
+                path: rel.to_path_buf(),
+                source,
+            })?;
+        if !full.starts_with(&self.inner.dir) {
+            return Err(LoadError::InvalidPath {
+                path: rel.to_path_buf(),
+                reason: "resolves outside the plugin directory",
+            });
+        }
+        Ok(full)
+    }
+
+    async fn reload(
+        &self,
+        rel: &Path,
+        full: &Path,
+        stamp: FileStamp,
+        pin: Option<String>,
+    ) -> Result<Arc<Plugin>, LoadError> {
+        let bytes = tokio::fs::read(full)
+            .await
+            .map_err(|source| LoadError::Read {
+                path: rel.to_path_buf(),
+                source,
+            })?;
+        let digest = hex::encode(Sha256::digest(&bytes));
+        if let Err(e) = check_pin(pin.as_deref(), &digest) {
+            self.tables().by_path.remove(rel);
+            return Err(e);
+        }
+        let plugin = self.plugin_for(rel, bytes, digest).await?;
+        let previous = self.tables().by_path.insert(
+            rel.to_path_buf(),
+            Loaded {
+                plugin: plugin.clone(),
+                stamp,
+                pin,
+            },
+        );
+        if let Some(previous) = previous
+            && previous.plugin.digest() != plugin.digest()
+        {
+            tracing::info!(path = %rel.display(), from = previous.plugin.digest(), to = plugin.digest(), version = %plugin.info().version, "plugin file changed, new version swapped in");
+            let _ = self.inner.events.send(PluginEvent {
+                path: rel.to_path_buf(),
+                digest: Some(plugin.digest().to_string()),
+                error: None,
+            });
+        }
+        Ok(plugin)
+    }
+
+    /// The one `Plugin` of `digest`, compiled (or deserialized) and initialised if new.
+    async fn plugin_for(
+        &self,
+        rel: &Path,
+        bytes: Vec<u8>,
+        digest: String,
+    ) -> Result<Arc<Plugin>, LoadError> {
+        let inner = &self.inner;
+        let _compiling = inner.compiling.lock().await;
+        if let Some(plugin) = self.tables().by_digest.get(&digest) {
+            inner.digest_hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(plugin.clone());
+        }
+        let component = self.compile(rel, bytes, &digest).await?;
+        let info_ctx = CallContext {
+            limits: inner.info_limits,
+            label: format!("plugin:{}", rel.display()),
+            ..CallContext::default()
+        };
+        let plugin = Plugin::prepare(inner.engine.clone(), &component, digest.clone(), &info_ctx)
+            .await
+            .map_err(|e| LoadError::Link {
+                path: rel.to_path_buf(),
+                source: e.into(),
+            })?
+            .map_err(|source| LoadError::Info {
+                path: rel.to_path_buf(),
+                source,
+            })?;
+        if !wit_compatible(&plugin.info().wit_version, WIT_VERSION) {
+            return Err(LoadError::IncompatibleWit {
+                path: rel.to_path_buf(),
+                plugin: plugin.info().wit_version.clone(),
+                host: WIT_VERSION,
+            });
+        }
+        let plugin = Arc::new(plugin);
+        self.tables().by_digest.insert(digest, plugin.clone());
+        Ok(plugin)
+    }
+
+    async fn compile(
+        &self,
+        rel: &Path,
+        bytes: Vec<u8>,
+        digest: &str,
+    ) -> Result<Component, LoadError> {
+        let engine = self.inner.engine.clone();
+        let cache = self.inner.cache.clone();
+        let key = digest.to_string();
+        let task = tokio::task::spawn_blocking(move || {
+            if let Some(cache) = &cache {
+                match cache.load(engine.engine(), &key) {
+                    Ok(Some(component)) => return Ok((component, true)),
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!(error = %e, "ignoring unusable cached artifact"),
+                }
+            }
+            let component = Component::new(engine.engine(), &bytes)?;
+            if let Some(cache) = &cache
+                && let Err(e) = cache.store(&key, &component)
+            {
+                tracing::warn!(error = %e, "could not cache the compiled plugin");
+            }
+            Ok::<_, wasmtime::Error>((component, false))
+        });
+        let (component, from_disk) = task
+            .await
+            .map_err(|source| LoadError::CompileTask {
+                path: rel.to_path_buf(),
+                source,
+            })?
+            .map_err(|e| LoadError::Compile {
+                path: rel.to_path_buf(),
+                source: e.into(),
+            })?;
+        let counter = if from_disk {
+            &self.inner.disk_hits
+        } else {
+            &self.inner.compiled
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        Ok(component)
+    }
+}
+
+/// `path` as a normalized relative path with no `..`, root or prefix.
+fn relative(path: &Path) -> Result<PathBuf, LoadError> {
+    let invalid = |reason| LoadError::InvalidPath {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let mut rel = PathBuf::new();
+    for part in path.components() {
+        match part {
+            PathPart::Normal(p) => rel.push(p),
+            PathPart::CurDir => {}
+            PathPart::ParentDir => return Err(invalid("must not contain `..`")),
+            PathPart::RootDir | PathPart::Prefix(_) => {
+                return Err(invalid("must be relative to the plugin directory"));
+            }
+        }
+    }
+    if rel.as_os_str().is_empty() {
+        return Err(invalid("is empty"));
+    }
+    Ok(rel)
+}
+
+/// Lowercase hex of a pin given as `<hex>` or `sha256:<hex>`.
+fn parse_pin(pin: &str) -> Result<String, LoadError> {
+    let hex = pin.trim();
+    let hex = hex.strip_prefix("sha256:").unwrap_or(hex);
+    if hex.len() != 64 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(LoadError::InvalidPin {
+            pin: pin.to_string(),
+        });
+    }
+    Ok(hex.to_ascii_lowercase())
+}
+
+fn check_pin(pin: Option<&str>, digest: &str) -> Result<(), LoadError> {
+    match pin {
+        Some(expected) if expected != digest => Err(LoadError::DigestMismatch {
+            expected: expected.to_string(),
+            actual: digest.to_string(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Same major and minor (0.x minors are breaking, see `wit/provider.wit`).
+fn wit_compatible(plugin: &str, host: &str) -> bool {
+    let major_minor = |v: &str| {
+        let mut parts = v.trim().split('.');
+        Some((
+            parts.next()?.parse::<u64>().ok()?,
+            parts.next()?.parse::<u64>().ok()?,
+        ))
+    };
+    matches!((major_minor(plugin), major_minor(host)), (Some(p), Some(h)) if p == h)
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_paths_stay_inside() {
+        assert_eq!(
+            relative(Path::new("./a/b.wasm")).ok(),
+            Some(PathBuf::from("a/b.wasm"))
+        );
+        assert!(relative(Path::new("../x.wasm")).is_err());
+        assert!(relative(Path::new("a/../../x.wasm")).is_err());
+        assert!(relative(Path::new("/etc/passwd")).is_err());
+        assert!(relative(Path::new("")).is_err());
+    }
+
+    #[test]
+    fn pins_are_hex_sha256() {
+        let hex = "AB".repeat(32);
+        assert_eq!(parse_pin(&hex).ok(), Some("ab".repeat(32)));
+        assert_eq!(
+            parse_pin(&format!("sha256:{hex}")).ok(),
+            Some("ab".repeat(32))
+        );
+        assert!(parse_pin("abc").is_err());
+        assert!(parse_pin(&"zz".repeat(32)).is_err());
+    }
+
+    #[test]
+    fn wit_versions_compare_major_and_minor() {
+        assert!(wit_compatible("0.1.0", "0.1.0"));
+        assert!(wit_compatible("0.1.7", "0.1.0"));
+        assert!(!wit_compatible("0.2.0", "0.1.0"));
+        assert!(!wit_compatible("1.1.0", "0.1.0"));
+        assert!(!wit_compatible("garbage", "0.1.0"));
+    }
+}

@@ -1,0 +1,326 @@
+//! One call into a plugin: a fresh Store, bounded in memory and time, thrown away afterwards.
+//!
+//! # Guarantees
+//!
+//! - No state survives a call: every call instantiates the pre-linked component in a new Store
+//!   (with new WASI, HTTP and resource tables), so calls of different VMs or tenants share
+//!   nothing, and a trap never poisons a later call.
+//! - Every call ends within [`CallLimits::timeout`] plus one epoch tick: a guest computing is
+//!   stopped by the epoch callback, a guest blocked in a host call by a tokio timeout around
+//!   the whole call (both report [`CallError::Timeout`]).
+//! - Each linear memory is capped at [`CallLimits::memory_bytes`]; growing past it fails the
+//!   call with [`CallError::MemoryLimit`].
+//! - Any guest behaviour ends as a `Result`, never a host panic; busy guests yield to the
+//!   runtime every epoch tick, so they cannot starve other calls on the same worker.
+//! - Guest stdout/stderr and `log` lines reach the host's log tagged with
+//!   [`CallContext::label`], bounded per call.
+
+use std::time::{Duration, Instant};
+
+use wasmtime::{Store, Trap, UpdateDeadline};
+
+use super::bindings::{self, wit_provider};
+use super::egress::{EgressHooks, EgressPolicy};
+use super::engine::{PluginEngine, WasmError};
+use super::output::CapturedOutput;
+use super::state::{MAX_CAPTURED_OUTPUT, MemoryCapExceeded, State};
+use super::types::{ErrorClass, Fault, Operation, ProviderError, ProviderSettings};
+
+/// Bounds on one call, from `ProviderConfig.spec.limits`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallLimits {
+    /// Wall-clock limit of the whole call (instantiation included).
+    pub timeout: Duration,
+    /// Cap of each linear memory of the instance.
+    pub memory_bytes: usize,
+    /// Largest HTTP response body the guest may receive.
+    pub max_response_bytes: u64,
+}
+
+impl Default for CallLimits {
+    fn default() -> Self {
+        CallLimits {
+            timeout: Duration::from_secs(30),
+            memory_bytes: 128 << 20,
+            max_response_bytes: 8 << 20,
+        }
+    }
+}
+
+/// Everything a call needs besides its arguments.
+#[derive(Debug, Clone, Default)]
+pub struct CallContext {
+    pub settings: ProviderSettings,
+    pub egress: EgressPolicy,
+    pub limits: CallLimits,
+    /// Who the call is for in logs: the ProviderConfig's name.
+    pub label: String,
+}
+
+/// Why a call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// The provider answered with an error (from the cloud, or about the spec/credentials).
+    #[error(transparent)]
+    Provider(#[from] ProviderError),
+    /// The guest trapped (panic, unreachable, stack overflow, ...) or a host function it called
+    /// failed fatally.
+    #[error("plugin trapped during {op}")]
+    Trap {
+        op: &'static str,
+        #[source]
+        source: WasmError,
+    },
+    /// The call ran past its time limit, computing or blocked in a host call.
+    #[error("plugin call {op} exceeded its time limit of {timeout:?}")]
+    Timeout { op: &'static str, timeout: Duration },
+    /// The guest tried to grow a memory past the cap.
+    #[error("plugin call {op} exceeded its memory cap of {cap} bytes")]
+    MemoryLimit { op: &'static str, cap: usize },
+    /// The host could not set up the call (no instance slot, instantiation failure).
+    #[error("failed to instantiate the plugin for {op}")]
+    Instantiate {
+        op: &'static str,
+        #[source]
+        source: WasmError,
+    },
+}
+
+impl CallError {
+    /// What the controller should do next. A misbehaving guest is transient for that VM: the
+    /// call is retried with backoff, and a fixed plugin file is picked up on reload.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            CallError::Provider(e) => ErrorClass::from(e),
+            CallError::Trap { .. }
+            | CallError::Timeout { .. }
+            | CallError::MemoryLimit { .. }
+            | CallError::Instantiate { .. } => ErrorClass::Transient,
+        }
+    }
+
+    /// Who is at fault.
+    pub fn fault(&self) -> Fault {
+        match self {
+            CallError::Provider(_) => Fault::Provider,
+            CallError::Trap { .. } | CallError::Timeout { .. } | CallError::MemoryLimit { .. } => {
+                Fault::Plugin
+            }
+            CallError::Instantiate { .. } => Fault::Host,
+        }
+    }
+}
+
+/// One exported function of the plugin and how to call it on an instance.
+pub(crate) trait Export: Send {
+    type Output: Send;
+    const OP: Operation;
+
+    fn invoke<'a>(
+        self,
+        guest: &'a wit_provider::Guest,
+        store: &'a mut Store<State>,
+    ) -> impl Future<Output = wasmtime::Result<Self::Output>> + Send + 'a;
+}
+
+/// Raised by the epoch callback once the call's deadline has passed.
+#[derive(Debug, thiserror::Error)]
+#[error("call deadline reached")]
+struct DeadlineReached;
+
+/// Runs `export` in a fresh Store. See the module docs for what is guaranteed.
+pub(crate) async fn call<E: Export>(
+    engine: &PluginEngine,
+    pre: &bindings::PluginPre<State>,
+    ctx: &CallContext,
+    export: E,
+) -> Result<E::Output, CallError> {
+    let op = E::OP.as_str();
+    let limits = ctx.limits;
+    let started = Instant::now();
+    let deadline = started + limits.timeout;
+    let stdout = CapturedOutput::new(MAX_CAPTURED_OUTPUT);
+    let stderr = CapturedOutput::new(MAX_CAPTURED_OUTPUT);
+    let memory_cap = engine.memory_cap(limits.memory_bytes);
+
+    let run = async {
+        let Some(_slot) = engine.slot().await else {
+            return Err(CallError::Instantiate {
+                op,
+                source: "the plugin engine is shutting down".into(),
+            });
+        };
+        let hooks = EgressHooks {
+            policy: ctx.egress.clone(),
+            deadline,
+            max_response_bytes: limits.max_response_bytes,
+            label: ctx.label.clone(),
+        };
+        let state = State::new(hooks, memory_cap, deadline, stdout.clone(), stderr.clone());
+        let mut store = Store::new(engine.engine(), state);
+        store.limiter(|s| &mut s.limiter);
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(|store| {
+            if Instant::now() >= store.data().deadline {
+                Err(wasmtime::Error::new(DeadlineReached))
+            } else {
+                Ok(UpdateDeadline::Yield(1))
+            }
+        });
+        let result = match pre.instantiate_async(&mut store).await {
+            Ok(plugin) => {
+                let guest = plugin.vmop_provider_provider();
+                export.invoke(guest, &mut store).await
+            }
+            Err(e) if !store.data().limiter.hit => {
+                return Err(CallError::Instantiate {
+                    op,
+                    source: e.into(),
+                });
+            }
+            Err(e) => Err(e),
+        };
+        let dropped_logs = store.data().log.dropped;
+        if dropped_logs > 0 {
+            tracing::warn!(provider = %store.data().label(), op, dropped = dropped_logs, "plugin log lines dropped past the per-call limit");
+        }
+        result.map_err(|e| classify(e, op, limits.timeout, memory_cap, store.data()))
+    };
+    let result = match tokio::time::timeout(limits.timeout, run).await {
+        Ok(result) => result,
+        Err(_elapsed) => Err(CallError::Timeout {
+            op,
+            timeout: limits.timeout,
+        }),
+    };
+    forward_output(&ctx.label, op, "stdout", &stdout);
+    forward_output(&ctx.label, op, "stderr", &stderr);
+    match &result {
+        Ok(_) => {
+            tracing::debug!(provider = %ctx.label, op, elapsed = ?started.elapsed(), "plugin call done")
+        }
+        Err(e @ CallError::Provider(_)) => {
+            tracing::debug!(provider = %ctx.label, op, error = %e, "plugin call returned an error")
+        }
+        Err(e) => {
+            tracing::warn!(provider = %ctx.label, op, error = %e, fault = ?e.fault(), "plugin call failed")
+        }
+    }
+    result
+}
+
+fn classify(
+    error: wasmtime::Error,
+    op: &'static str,
+    timeout: Duration,
+    memory_cap: usize,
+    state: &State,
+) -> CallError {
+    if state.limiter.hit || error.is::<MemoryCapExceeded>() {
+        CallError::MemoryLimit {
+            op,
+            cap: memory_cap,
+        }
+    } else if error.is::<DeadlineReached>()
+        || matches!(error.downcast_ref::<Trap>(), Some(Trap::Interrupt))
+    {
+        CallError::Timeout { op, timeout }
+    } else {
+        CallError::Trap {
+            op,
+            source: error.into(),
+        }
+    }
+}
+
+fn forward_output(label: &str, op: &str, stream: &str, output: &CapturedOutput) {
+    let (text, dropped) = output.take();
+    if !text.is_empty() {
+        tracing::info!(provider = %label, op, stream, output = %text.trim_end(), "plugin output");
+    }
+    if dropped > 0 {
+        tracing::warn!(provider = %label, op, stream, dropped, "plugin output past the per-call limit dropped");
+    }
+}
+
+/// `info()`.
+pub(crate) struct Info;
+
+impl Export for Info {
+    type Output = super::types::PluginInfo;
+    const OP: Operation = Operation::Info;
+
+    fn invoke<'a>(
+        self,
+        guest: &'a wit_provider::Guest,
+        store: &'a mut Store<State>,
+    ) -> impl Future<Output = wasmtime::Result<Self::Output>> + Send + 'a {
+        async move { Ok(guest.call_info(store).await?.into()) }
+    }
+}
+
+/// `create(config, spec)`.
+pub(crate) struct Create {
+    pub config: bindings::ProviderConfig,
+    pub spec: bindings::WitVmSpec,
+}
+
+impl Export for Create {
+    type Output = Result<super::types::VmStatus, ProviderError>;
+    const OP: Operation = Operation::Create;
+
+    fn invoke<'a>(
+        self,
+        guest: &'a wit_provider::Guest,
+        store: &'a mut Store<State>,
+    ) -> impl Future<Output = wasmtime::Result<Self::Output>> + Send + 'a {
+        async move {
+            let result = guest.call_create(store, &self.config, &self.spec).await?;
+            Ok(result.map(Into::into).map_err(Into::into))
+        }
+    }
+}
+
+/// `get(config, id)`.
+pub(crate) struct Get {
+    pub config: bindings::ProviderConfig,
+    pub id: String,
+}
+
+impl Export for Get {
+    type Output = Result<Option<super::types::VmStatus>, ProviderError>;
+    const OP: Operation = Operation::Get;
+
+    fn invoke<'a>(
+        self,
+        guest: &'a wit_provider::Guest,
+        store: &'a mut Store<State>,
+    ) -> impl Future<Output = wasmtime::Result<Self::Output>> + Send + 'a {
+        async move {
+            let result = guest.call_get(store, &self.config, &self.id).await?;
+            Ok(result.map(|s| s.map(Into::into)).map_err(Into::into))
+        }
+    }
+}
+
+/// `delete(config, id)`.
+pub(crate) struct Delete {
+    pub config: bindings::ProviderConfig,
+    pub id: String,
+}
+
+impl Export for Delete {
+    type Output = Result<(), ProviderError>;
+    const OP: Operation = Operation::Delete;
+
+    fn invoke<'a>(
+        self,
+        guest: &'a wit_provider::Guest,
+        store: &'a mut Store<State>,
+    ) -> impl Future<Output = wasmtime::Result<Self::Output>> + Send + 'a {
+        async move {
+            let result = guest.call_delete(store, &self.config, &self.id).await?;
+            Ok(result.map_err(Into::into))
+        }
+    }
+}
