@@ -117,6 +117,9 @@ mod tests {
         assert!(request.contains("/us-east-1/iam/aws4_request"), "{request}");
         let form = "Action=CreateUser&Version=2010-05-08&UserName=a%20b";
         assert!(request.ends_with(form), "{request}");
-        assert!(request.contains(&format!("Content-Length: {}\r\n", form.len())), "{request}");
+        assert!(
+            request.contains(&format!("Content-Length: {}\r\n", form.len())),
+            "{request}"
+        );
     }
 }
