@@ -1,0 +1,65 @@
+//! Runs a test control plane (etcd + kube-apiserver, optionally kube-controller-manager) until
+//! interrupted, for demos and benchmarks: prints the admin kubeconfig path on stdout.
+//!
+//! ```text
+//! eval "$(cargo run -p vmop-tests --bin controlplane -- --controller-manager | tail -1)"
+//! ```
+
+use anyhow::Context as _;
+use clap::Parser;
+use tokio::signal::unix::{SignalKind, signal};
+use vmop_tests::controlplane::{ControlPlane, Options};
+
+#[derive(Debug, Parser)]
+#[command(about = "Run a local Kubernetes control plane for vmop tests until interrupted")]
+struct Args {
+    /// Also start kube-controller-manager (garbage collector, namespace controller).
+    #[arg(long)]
+    controller_manager: bool,
+    /// Readiness deadline per component, in seconds.
+    #[arg(long, env = vmop_tests::controlplane::TIMEOUT_ENV, default_value_t = 120)]
+    timeout: u64,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let mut terminate = signal(SignalKind::terminate()).context("failed to watch SIGTERM")?;
+    let options = Options {
+        timeout: std::time::Duration::from_secs(args.timeout),
+    };
+    let control_plane = ControlPlane::start_with(options)
+        .await
+        .context("failed to start the control plane")?;
+    if args.controller_manager {
+        control_plane
+            .ensure_controller_manager()
+            .await
+            .context("failed to start kube-controller-manager")?;
+    }
+    print_kubeconfig(&control_plane);
+    tokio::select! {
+        result = tokio::signal::ctrl_c() => result.context("failed to watch SIGINT")?,
+        _ = terminate.recv() => {}
+    }
+    eprintln!("controlplane: stopping");
+    drop(control_plane);
+    Ok(())
+}
+
+#[allow(clippy::print_stdout)]
+fn print_kubeconfig(control_plane: &ControlPlane) {
+    let kubeconfig = control_plane.kubeconfig().display();
+    println!("{kubeconfig}");
+    println!("export KUBECONFIG={kubeconfig}");
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    #[test]
+    fn arguments_are_consistent() {
+        super::Args::command().debug_assert();
+    }
+}

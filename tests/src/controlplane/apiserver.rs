@@ -1,0 +1,90 @@
+//! kube-apiserver for one control plane: RBAC on, client certificates signed by the test CA,
+//! service-account tokens signed by the test key, serving on loopback.
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::launch::{Component, LaunchError, Launched, args};
+use super::pki::Pki;
+
+/// Where the apiserver keeps what it generates itself (its loopback client certificate).
+const CERT_DIR: &str = "apiserver-certs";
+
+/// Starts kube-apiserver against `etcd_url`. `admin` is a client configuration for an identity
+/// allowed to read `/readyz`; its cluster URL is replaced by the apiserver's.
+pub async fn start(
+    program: &Path,
+    dir: &Path,
+    pki: &Pki,
+    etcd_url: &str,
+    admin: &kube::Config,
+    timeout: Duration,
+) -> Result<Launched, LaunchError> {
+    let cert_dir = dir.join(CERT_DIR);
+    let component = Component {
+        name: "kube-apiserver",
+        program,
+        log: dir.join("kube-apiserver.log"),
+        ports: 1,
+        timeout,
+    };
+    component
+        .launch(
+            |ports| {
+                let port = ports.first().copied().unwrap_or_default();
+                args([
+                    format!("--etcd-servers={etcd_url}"),
+                    format!("--cert-dir={}", cert_dir.display()),
+                    format!("--tls-cert-file={}", pki.serving.cert.display()),
+                    format!("--tls-private-key-file={}", pki.serving.key.display()),
+                    format!("--client-ca-file={}", pki.ca_cert.display()),
+                    format!("--secure-port={port}"),
+                    "--bind-address=127.0.0.1".to_owned(),
+                    // A loopback advertise address is only accepted without an endpoint
+                    // reconciler; it keeps the apiserver independent of a default route.
+                    "--advertise-address=127.0.0.1".to_owned(),
+                    "--endpoint-reconciler-type=none".to_owned(),
+                    "--service-cluster-ip-range=10.0.0.0/24".to_owned(),
+                    "--allow-privileged=true".to_owned(),
+                    "--authorization-mode=RBAC".to_owned(),
+                    "--disable-admission-plugins=ServiceAccount".to_owned(),
+                    format!("--service-account-issuer=https://127.0.0.1:{port}"),
+                    format!(
+                        "--service-account-key-file={}",
+                        pki.service_account_pub.display()
+                    ),
+                    format!(
+                        "--service-account-signing-key-file={}",
+                        pki.service_account_key.display()
+                    ),
+                ])
+            },
+            |ports| {
+                let mut config = admin.clone();
+                async move {
+                    let port = ports.first().copied().unwrap_or_default();
+                    config.cluster_url = url(port)
+                        .parse()
+                        .map_err(|error| format!("bad apiserver URL: {error}"))?;
+                    readyz(config).await
+                }
+            },
+        )
+        .await
+}
+
+pub fn url(port: u16) -> String {
+    format!("https://127.0.0.1:{port}")
+}
+
+async fn readyz(config: kube::Config) -> Result<(), String> {
+    let client = kube::Client::try_from(config).map_err(|error| error.to_string())?;
+    let request = http::Request::get("/readyz")
+        .body(Vec::new())
+        .map_err(|error| error.to_string())?;
+    client
+        .request_text(request)
+        .await
+        .map(drop)
+        .map_err(|error| format!("GET /readyz: {error}"))
+}

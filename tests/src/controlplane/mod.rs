@@ -1,0 +1,396 @@
+//! A real Kubernetes control plane for tests, like controller-runtime's envtest: etcd and
+//! kube-apiserver (and on demand kube-controller-manager) built from Go modules, started on
+//! loopback with free ports in a temporary directory.
+//!
+//! One control plane per test binary ([`ControlPlane::shared`]), one namespace per test
+//! ([`create_namespace`]). Every `#[tokio::test]` has its own runtime, so the control plane
+//! keeps only paths, URLs and processes; ask it for a fresh [`kube::Client`] in each test.
+//!
+//! No process outlives the test binary: children die with it (`PR_SET_PDEATHSIG`), and a
+//! non-shared control plane kills them when dropped.
+
+mod apiserver;
+mod binaries;
+mod controller_manager;
+mod etcd;
+mod kubeconfig;
+mod launch;
+mod pki;
+mod ports;
+mod process;
+mod tempdir;
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, ObjectMeta, PostParams};
+use tempfile::TempDir;
+
+pub use binaries::{BIN_DIR_ENV, Binaries, BinariesError};
+pub use kubeconfig::{Credentials, KubeconfigError};
+pub use launch::LaunchError;
+pub use pki::PkiError;
+use process::Process;
+
+/// Overrides the readiness deadline of each component, in seconds.
+pub const TIMEOUT_ENV: &str = "VMOP_CONTROLPLANE_TIMEOUT";
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ControlPlaneError {
+    #[error("failed to locate the control-plane binaries")]
+    Binaries(#[source] BinariesError),
+    #[error("failed to create the control plane's directory")]
+    Dir(#[source] io::Error),
+    #[error("failed to create the control plane's certificates")]
+    Pki(#[source] PkiError),
+    #[error("failed to prepare a kubeconfig")]
+    Kubeconfig(#[source] KubeconfigError),
+    #[error("failed to start a control-plane component")]
+    Launch(#[source] LaunchError),
+    #[error("the `default` namespace did not appear within {timeout:?} (last error: {last_error})")]
+    DefaultNamespace {
+        timeout: Duration,
+        last_error: String,
+    },
+    #[error("failed to create a test namespace")]
+    CreateNamespace(#[source] kube::Error),
+    #[error("the API server named no test namespace it created")]
+    UnnamedNamespace,
+    #[error("a blocking start-up task failed")]
+    Join(#[source] tokio::task::JoinError),
+}
+
+/// How a control plane is started.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Deadline for each component to become ready.
+    pub timeout: Duration,
+}
+
+impl Default for Options {
+    /// The deadline comes from `$VMOP_CONTROLPLANE_TIMEOUT` (seconds) if set, else 120 s.
+    fn default() -> Self {
+        let timeout = std::env::var(TIMEOUT_ENV)
+            .ok()
+            .and_then(|secs| secs.parse().ok())
+            .map_or(DEFAULT_TIMEOUT, Duration::from_secs);
+        Self { timeout }
+    }
+}
+
+/// A running etcd + kube-apiserver (+ optional kube-controller-manager).
+///
+/// Fields drop in declaration order: processes are killed before their directory is removed.
+#[derive(Debug)]
+pub struct ControlPlane {
+    binaries: Binaries,
+    pki: pki::Pki,
+    options: Options,
+    server_url: String,
+    kubeconfig: PathBuf,
+    users_dir: PathBuf,
+    next_user: AtomicUsize,
+    controller_manager: tokio::sync::OnceCell<Process>,
+    apiserver: Process,
+    etcd: Process,
+    dir: TempDir,
+}
+
+impl ControlPlane {
+    /// The control plane shared by every test of this binary, started on first use. It runs
+    /// until the test binary exits.
+    pub async fn shared() -> Result<&'static Self, ControlPlaneError> {
+        static SHARED: tokio::sync::OnceCell<ControlPlane> = tokio::sync::OnceCell::const_new();
+        SHARED.get_or_try_init(Self::start).await
+    }
+
+    /// Starts a control plane owned by the caller; dropping it stops it and removes its files.
+    pub async fn start() -> Result<Self, ControlPlaneError> {
+        Self::start_with(Options::default()).await
+    }
+
+    pub async fn start_with(options: Options) -> Result<Self, ControlPlaneError> {
+        let binaries = tokio::task::spawn_blocking(Binaries::locate)
+            .await
+            .map_err(ControlPlaneError::Join)?
+            .map_err(ControlPlaneError::Binaries)?;
+        let started = Instant::now();
+        let dir = tempdir::create().map_err(ControlPlaneError::Dir)?;
+        let pki_dir = dir.path().join("pki");
+        let users_dir = dir.path().join("users");
+        for sub in [&pki_dir, &users_dir] {
+            std::fs::create_dir(sub).map_err(ControlPlaneError::Dir)?;
+        }
+        let pki = pki::Pki::generate(&pki_dir).map_err(ControlPlaneError::Pki)?;
+        let admin = pki
+            .client_cert("admin", &["system:masters"], "admin")
+            .map_err(ControlPlaneError::Pki)?;
+        let kubeconfig = dir.path().join("admin.kubeconfig");
+        let write_admin_kubeconfig = |server: &str| {
+            let credentials = Credentials::ClientCert {
+                cert: &admin.cert,
+                key: &admin.key,
+            };
+            kubeconfig::write(&kubeconfig, server, &pki.ca_cert, "admin", credentials)
+        };
+        // The port is not known yet; the probes replace the URL.
+        write_admin_kubeconfig(&apiserver::url(0)).map_err(ControlPlaneError::Kubeconfig)?;
+        let admin_config = kubeconfig::config(&kubeconfig)
+            .await
+            .map_err(ControlPlaneError::Kubeconfig)?;
+
+        let timeout = options.timeout;
+        let etcd = etcd::start(&binaries.etcd(), dir.path(), timeout)
+            .await
+            .map_err(ControlPlaneError::Launch)?;
+        let apiserver = apiserver::start(
+            &binaries.kube_apiserver(),
+            dir.path(),
+            &pki,
+            &etcd.client_url,
+            &admin_config,
+            timeout,
+        )
+        .await
+        .map_err(ControlPlaneError::Launch)?;
+        let server_url = apiserver::url(apiserver.ports.first().copied().unwrap_or_default());
+        write_admin_kubeconfig(&server_url).map_err(ControlPlaneError::Kubeconfig)?;
+
+        let control_plane = Self {
+            binaries,
+            pki,
+            options,
+            server_url,
+            kubeconfig,
+            users_dir,
+            next_user: AtomicUsize::new(0),
+            controller_manager: tokio::sync::OnceCell::new(),
+            apiserver: apiserver.process,
+            etcd: etcd.launched.process,
+            dir,
+        };
+        control_plane.wait_for_default_namespace().await?;
+        eprintln!(
+            "controlplane: ready in {:.1} s at {} (kubeconfig {})",
+            started.elapsed().as_secs_f64(),
+            control_plane.server_url,
+            control_plane.kubeconfig.display()
+        );
+        Ok(control_plane)
+    }
+
+    /// Starts kube-controller-manager (garbage collector and namespace controller) unless it
+    /// already runs. Its garbage collector discovers resource types about every 30 s, so call
+    /// this after installing the CRDs whose objects must be collected.
+    pub async fn ensure_controller_manager(&self) -> Result<(), ControlPlaneError> {
+        self.controller_manager
+            .get_or_try_init(|| async {
+                let admin = kubeconfig::config(&self.kubeconfig)
+                    .await
+                    .map_err(ControlPlaneError::Kubeconfig)?;
+                let launched = controller_manager::start(
+                    &self.binaries.kube_controller_manager(),
+                    self.dir.path(),
+                    &self.kubeconfig,
+                    &admin,
+                    self.options.timeout,
+                )
+                .await
+                .map_err(ControlPlaneError::Launch)?;
+                Ok(launched.process)
+            })
+            .await
+            .map(drop)
+    }
+
+    /// A client acting as the admin (`system:masters`), bound to the calling runtime.
+    pub async fn client(&self) -> Result<kube::Client, ControlPlaneError> {
+        kubeconfig::client(&self.kubeconfig)
+            .await
+            .map_err(ControlPlaneError::Kubeconfig)
+    }
+
+    /// The admin kubeconfig, usable by kubectl.
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// The apiserver's URL, `https://127.0.0.1:<port>`.
+    pub fn server_url(&self) -> &str {
+        &self.server_url
+    }
+
+    /// The CA certificate (PEM) that signed the apiserver's serving certificate.
+    pub fn ca_pem(&self) -> &str {
+        self.pki.ca_pem()
+    }
+
+    /// The file holding [`Self::ca_pem`].
+    pub fn ca_cert_path(&self) -> &Path {
+        &self.pki.ca_cert
+    }
+
+    /// The directory holding certificates, kubeconfigs, etcd data and component logs.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn binaries(&self) -> &Binaries {
+        &self.binaries
+    }
+
+    /// The kubectl binary built with the control plane.
+    pub fn kubectl(&self) -> PathBuf {
+        self.binaries.kubectl()
+    }
+
+    /// A kubectl command with `KUBECONFIG` set to the admin kubeconfig.
+    pub fn kubectl_command(&self) -> std::process::Command {
+        let mut command = std::process::Command::new(self.kubectl());
+        command.env("KUBECONFIG", &self.kubeconfig);
+        command
+    }
+
+    /// Writes a kubeconfig for user `name` in `groups` (at most one group besides the
+    /// implicit `system:authenticated`), authenticated by a client certificate.
+    pub fn user_kubeconfig(
+        &self,
+        name: &str,
+        groups: &[&str],
+    ) -> Result<PathBuf, ControlPlaneError> {
+        let stem = self.user_file_stem(name);
+        let files = self
+            .pki
+            .client_cert(name, groups, &stem)
+            .map_err(ControlPlaneError::Pki)?;
+        let credentials = Credentials::ClientCert {
+            cert: &files.cert,
+            key: &files.key,
+        };
+        self.write_user_kubeconfig(&stem, name, credentials)
+    }
+
+    /// Writes a kubeconfig that authenticates with a bearer `token` (e.g. a ServiceAccount
+    /// token from the TokenRequest API); `name` only labels the kubeconfig entries.
+    pub fn token_kubeconfig(&self, name: &str, token: &str) -> Result<PathBuf, ControlPlaneError> {
+        let stem = self.user_file_stem(name);
+        self.write_user_kubeconfig(&stem, name, Credentials::Token(token))
+    }
+
+    /// A client for any kubeconfig, e.g. one from [`Self::user_kubeconfig`].
+    pub async fn client_for(kubeconfig: &Path) -> Result<kube::Client, ControlPlaneError> {
+        kubeconfig::client(kubeconfig)
+            .await
+            .map_err(ControlPlaneError::Kubeconfig)
+    }
+
+    /// Log files of the running components, for diagnosing a failing test.
+    pub fn logs(&self) -> Vec<PathBuf> {
+        let mut logs = vec![
+            self.etcd.log_path().to_path_buf(),
+            self.apiserver.log_path().to_path_buf(),
+        ];
+        logs.extend(
+            self.controller_manager
+                .get()
+                .map(|p| p.log_path().to_path_buf()),
+        );
+        logs
+    }
+
+    /// Process ids of the running components.
+    pub fn pids(&self) -> Vec<u32> {
+        let mut pids = vec![self.etcd.pid(), self.apiserver.pid()];
+        pids.extend(self.controller_manager.get().map(Process::pid));
+        pids
+    }
+
+    /// Stops every component now (the shared instance never drops).
+    pub fn kill(&self) {
+        if let Some(controller_manager) = self.controller_manager.get() {
+            controller_manager.kill();
+        }
+        self.apiserver.kill();
+        self.etcd.kill();
+    }
+
+    fn user_file_stem(&self, name: &str) -> String {
+        let safe: String = name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        format!("{safe}-{}", self.next_user.fetch_add(1, Ordering::Relaxed))
+    }
+
+    fn write_user_kubeconfig(
+        &self,
+        stem: &str,
+        name: &str,
+        credentials: Credentials<'_>,
+    ) -> Result<PathBuf, ControlPlaneError> {
+        let path = self.users_dir.join(format!("{stem}.kubeconfig"));
+        kubeconfig::write(
+            &path,
+            &self.server_url,
+            &self.pki.ca_cert,
+            name,
+            credentials,
+        )
+        .map_err(ControlPlaneError::Kubeconfig)?;
+        Ok(path)
+    }
+
+    /// Like envtest: the apiserver is usable once its bootstrap controller created `default`.
+    async fn wait_for_default_namespace(&self) -> Result<(), ControlPlaneError> {
+        let namespaces: Api<Namespace> = Api::all(self.client().await?);
+        let timeout = self.options.timeout;
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let last_error = match namespaces.get_opt("default").await {
+                Ok(Some(_)) => return Ok(()),
+                Ok(None) => "not found".to_owned(),
+                Err(error) => error.to_string(),
+            };
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ControlPlaneError::DefaultNamespace {
+                    timeout,
+                    last_error,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// Creates a namespace named `<prefix>-<random suffix>` (the API server picks the suffix) and
+/// returns its name: one per test keeps tests sharing a control plane apart.
+pub async fn create_namespace(
+    client: &kube::Client,
+    prefix: &str,
+) -> Result<String, ControlPlaneError> {
+    let namespace = Namespace {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{prefix}-")),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    let created = Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+        .map_err(ControlPlaneError::CreateNamespace)?;
+    created
+        .metadata
+        .name
+        .ok_or(ControlPlaneError::UnnamedNamespace)
+}
