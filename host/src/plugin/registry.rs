@@ -256,38 +256,53 @@ impl PluginRegistry {
     /// Re-reads every loaded path whose metadata changed; returns (and broadcasts) what
     /// happened to each.
     pub async fn poll_changes(&self) -> Vec<PluginEvent> {
-        let loaded: Vec<(PathBuf, FileStamp, Option<String>)> = self
+        let loaded: Vec<(PathBuf, FileStamp, Option<String>, String)> = self
             .tables()
             .by_path
             .iter()
-            .map(|(p, l)| (p.clone(), l.stamp, l.pin.clone()))
+            .map(|(p, l)| {
+                (
+                    p.clone(),
+                    l.stamp,
+                    l.pin.clone(),
+                    l.plugin.digest().to_string(),
+                )
+            })
             .collect();
         let mut events = Vec::new();
-        for (rel, stamp, pin) in loaded {
+        for (rel, stamp, pin, digest) in loaded {
             let full = self.inner.dir.join(&rel);
             let now = FileStamp::of(&full).await.ok();
             if now == Some(stamp) {
                 continue;
             }
             let result = match (self.resolve(&rel), now) {
-                (Ok(full), Some(now)) => self.reload(&rel, &full, now, pin).await.map(|_| ()),
+                (Ok(full), Some(now)) => self.reload(&rel, &full, now, pin).await,
                 (Err(e), _) => Err(e),
                 (Ok(_), None) => Err(LoadError::Read {
                     path: rel.clone(),
                     source: std::io::ErrorKind::NotFound.into(),
                 }),
             };
-            if let Err(e) = result {
-                // `reload` already announced digest swaps; failures are announced here.
-                self.tables().by_path.remove(&rel);
-                let event = PluginEvent {
+            match result {
+                // `reload` announced the swap already.
+                Ok(plugin) if plugin.digest() != digest => events.push(PluginEvent {
                     path: rel,
-                    digest: None,
-                    error: Some(error_chain(&e)),
-                };
-                tracing::warn!(path = %event.path.display(), error = %e, "plugin file changed and no longer loads");
-                let _ = self.inner.events.send(event.clone());
-                events.push(event);
+                    digest: Some(plugin.digest().to_string()),
+                    error: None,
+                }),
+                Ok(_) => {}
+                Err(e) => {
+                    self.tables().by_path.remove(&rel);
+                    let event = PluginEvent {
+                        path: rel,
+                        digest: None,
+                        error: Some(error_chain(&e)),
+                    };
+                    tracing::warn!(path = %event.path.display(), error = %e, "plugin file changed and no longer loads");
+                    let _ = self.inner.events.send(event.clone());
+                    events.push(event);
+                }
             }
         }
         events
