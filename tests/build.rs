@@ -47,7 +47,7 @@ fn run() -> Result<(), String> {
     let target_dir = host_target_dir(&out_dir, &root).join("wasm-guests");
 
     println!("cargo:rerun-if-changed={}", root.join("wit").display());
-    for var in ["RUSTUP_TOOLCHAIN", "CARGO"] {
+    for var in ["RUSTUP_TOOLCHAIN", "CARGO", "CI"] {
         println!("cargo:rerun-if-env-changed={var}");
     }
 
@@ -151,6 +151,9 @@ fn build_workspace(manifest: &Path, target_dir: &Path) -> Result<Vec<(String, Pa
         .arg("--target-dir")
         .arg(target_dir)
         .arg("--message-format=json-render-diagnostics")
+        // In CI a guest lockfile that does not match its manifests fails the build, as it does
+        // for the host (`cargo test --locked`); locally cargo may update it.
+        .args(in_ci().then_some("--locked"))
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     for var in HOST_ONLY_ENV {
@@ -183,6 +186,10 @@ fn build_workspace(manifest: &Path, target_dir: &Path) -> Result<Vec<(String, Pa
         ));
     }
     Ok(wasm)
+}
+
+fn in_ci() -> bool {
+    env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")
 }
 
 /// The `.wasm` files of one `compiler-artifact` message of cargo's JSON output.
