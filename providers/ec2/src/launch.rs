@@ -44,18 +44,23 @@ pub fn instance_type<'a>(config: &'a Config, spec: &VmSpec) -> Result<&'a str, P
     })
 }
 
-/// The parameters of `RunInstances` for `spec`. `ClientToken` is the VM's uid, so real EC2
-/// answers a repeated launch with the first instance; tags make it findable by uid everywhere.
+/// The parameters of `RunInstances` for `spec`. With `client_token` derived from the VM's uid,
+/// real EC2 answers a repeated launch with the first instance; the tags make it findable by uid
+/// everywhere.
 ///
 /// Optional settings: `subnetId`, `securityGroupIds` (comma-separated), `keyName`.
-pub fn run_instances_params(config: &Config, spec: &VmSpec) -> Result<Params, ProviderError> {
+pub fn run_instances_params(
+    config: &Config,
+    spec: &VmSpec,
+    client_token: &str,
+) -> Result<Params, ProviderError> {
     let mut params = Params::new();
     params
         .push("ImageId", image_id(&spec.image)?)
         .push("InstanceType", instance_type(config, spec)?)
         .push("MinCount", "1")
         .push("MaxCount", "1")
-        .push("ClientToken", client_token(&spec.uid)?);
+        .push("ClientToken", checked_token(client_token)?);
     if let Some(user_data) = &spec.user_data {
         params.push("UserData", STANDARD.encode(user_data));
     }
@@ -92,14 +97,15 @@ pub fn run_instances_params(config: &Config, spec: &VmSpec) -> Result<Params, Pr
     Ok(params)
 }
 
-/// EC2 takes up to 64 ASCII characters; a Kubernetes UID is a 36-character UUID.
-fn client_token(uid: &str) -> Result<&str, ProviderError> {
-    if uid.is_empty() || uid.len() > 64 || !uid.is_ascii() {
+/// EC2 takes up to 64 ASCII characters; a Kubernetes UID is a 36-character UUID, and with an
+/// instance id appended 56.
+fn checked_token(token: &str) -> Result<&str, ProviderError> {
+    if token.is_empty() || token.len() > 64 || !token.is_ascii() {
         return Err(invalid_spec(format!(
-            "uid `{uid}` cannot be an EC2 client token"
+            "`{token}` cannot be an EC2 client token"
         )));
     }
-    Ok(uid)
+    Ok(token)
 }
 
 /// Labels EC2 accepts as tags: key ≤ 128 and value ≤ 256 characters, no reserved `aws:` prefix.
@@ -114,11 +120,13 @@ fn is_taggable(key: &str, value: &str) -> bool {
 mod tests {
     use super::*;
 
+    const UID: &str = "0f1e2d3c-0000-4000-8000-000000000001";
+
     fn spec() -> VmSpec {
         VmSpec {
             name: "web".into(),
             namespace: "team-a".into(),
-            uid: "0f1e2d3c-0000-4000-8000-000000000001".into(),
+            uid: UID.into(),
             image: "ami-12c6146b".into(),
             cpu: 2,
             memory_mib: 4096,
@@ -139,7 +147,7 @@ mod tests {
 
     #[test]
     fn builds_run_instances() {
-        let params = run_instances_params(&Config::default(), &spec()).unwrap();
+        let params = run_instances_params(&Config::default(), &spec(), UID).unwrap();
         assert_eq!(get(&params, "ImageId"), Some("ami-12c6146b"));
         assert_eq!(get(&params, "InstanceType"), Some("t3.medium"));
         assert_eq!(
@@ -176,7 +184,7 @@ mod tests {
             .collect(),
             ..Config::default()
         };
-        let params = run_instances_params(&config, &spec()).unwrap();
+        let params = run_instances_params(&config, &spec(), UID).unwrap();
         assert_eq!(get(&params, "InstanceType"), Some("c5.large"));
         assert_eq!(get(&params, "SubnetId"), Some("subnet-1"));
         assert_eq!(get(&params, "SecurityGroupId.2"), Some("sg-2"));
@@ -194,7 +202,10 @@ mod tests {
         ));
         let mut huge = spec();
         huge.cpu = 1000;
-        let err = run_instances_params(&Config::default(), &huge).err();
+        let err = run_instances_params(&Config::default(), &huge, UID).err();
         assert!(matches!(err, Some(ProviderError::InvalidSpec(m)) if m.contains("instanceType")));
+        let long = format!("{UID}/i-0123456789abcdef0123456789");
+        let err = run_instances_params(&Config::default(), &spec(), &long).err();
+        assert!(matches!(err, Some(ProviderError::InvalidSpec(_))));
     }
 }

@@ -26,6 +26,8 @@ use crate::query::{CallError, Ec2, Params};
 
 /// States of an instance that still stands for its VM; a terminated one does not.
 const LIVE_STATES: [&str; 4] = ["pending", "running", "stopping", "stopped"];
+/// Client tokens tried per create (see [`Ec2Provider::create`]).
+const MAX_TOKEN_GENERATIONS: usize = 3;
 
 struct Ec2Provider;
 
@@ -41,8 +43,13 @@ impl Provider for Ec2Provider {
 
     /// Idempotent on the uid twice over: an existing live instance tagged with it is returned
     /// (this is what makes a retry safe against clouds that ignore `ClientToken`, such as moto),
-    /// and `RunInstances` carries the uid as `ClientToken` (what makes two racing creates safe on
-    /// real EC2).
+    /// and `RunInstances` carries a client token derived from the uid (what makes two racing
+    /// creates safe on real EC2).
+    ///
+    /// EC2 remembers a client token after its instance is terminated and answers a repeated
+    /// launch with that dead instance. Recreating a VM whose instance was deleted behind its
+    /// back therefore relaunches with the token `<uid>/<dead instance id>`: racing creates
+    /// observe the same dead instance and so still share one token.
     fn create(config: &Config, spec: VmSpec) -> Result<VmStatus, ProviderError> {
         let ec2 = Ec2::from_config(config)?;
         if let Some(existing) = find_by_uid(&ec2, &spec.uid)? {
@@ -52,19 +59,33 @@ impl Provider for Ec2Provider {
             );
             return Ok(existing.to_status());
         }
-        let params = launch::run_instances_params(config, &spec)?;
         check_image(&ec2, launch::image_id(&spec.image)?)?;
-        let body = ec2.call("RunInstances", &params)?;
-        let launched = xml::instances(&body).map_err(CallError::xml("RunInstances"))?;
-        let instance = launched
-            .into_iter()
-            .next()
-            .ok_or_else(|| transient("RunInstances answered without an instance"))?;
-        info!(
-            "launched instance {} for {}/{}",
-            instance.id, spec.namespace, spec.name
-        );
-        Ok(instance.to_status())
+        let mut token = spec.uid.clone();
+        for _ in 0..MAX_TOKEN_GENERATIONS {
+            let params = launch::run_instances_params(config, &spec, &token)?;
+            let body = ec2.call("RunInstances", &params)?;
+            let launched = xml::instances(&body).map_err(CallError::xml("RunInstances"))?;
+            let instance = launched
+                .into_iter()
+                .next()
+                .ok_or_else(|| transient("RunInstances answered without an instance"))?;
+            if !instance.is_gone() {
+                info!(
+                    "launched instance {} for {}/{}",
+                    instance.id, spec.namespace, spec.name
+                );
+                return Ok(instance.to_status());
+            }
+            warn!(
+                "client token {token} belongs to terminated instance {}",
+                instance.id
+            );
+            token = format!("{}/{}", spec.uid, instance.id);
+        }
+        Err(transient(format!(
+            "RunInstances kept answering with terminated instances for uid {}",
+            spec.uid
+        )))
     }
 
     fn get(config: &Config, id: &str) -> Result<Option<VmStatus>, ProviderError> {
