@@ -67,7 +67,18 @@ fn run() -> Result<(), String> {
         wasm.extend(build_workspace(&manifest, &target_dir)?);
     }
     wasm.sort();
-    wasm.dedup_by(|a, b| a.0 == b.0);
+    wasm.dedup();
+    for pair in wasm.windows(2) {
+        if let [(name, first), (other, second)] = pair
+            && name == other
+        {
+            return Err(format!(
+                "two guest components are named {name:?} ({} and {}): rename one crate",
+                first.display(),
+                second.display()
+            ));
+        }
+    }
 
     let mut table = String::from(
         "/// Every guest component built by `tests/build.rs`: (file stem, absolute path).\n\
