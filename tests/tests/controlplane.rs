@@ -324,3 +324,151 @@ async fn dropping_a_control_plane_stops_it_and_removes_its_files() -> anyhow::Re
     ensure!(!dir.exists(), "{} survived the drop", dir.display());
     Ok(())
 }
+
+/// The standalone `controlplane` command, started with its stderr in a file.
+struct Standalone {
+    child: std::process::Child,
+    kubeconfig: std::path::PathBuf,
+    stderr: std::path::PathBuf,
+    _logs: tempfile::TempDir,
+}
+
+impl Standalone {
+    async fn start() -> anyhow::Result<Self> {
+        use std::io::BufRead as _;
+        let logs = tempfile::tempdir()?;
+        let stderr = logs.path().join("stderr");
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_controlplane"))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::fs::File::create(&stderr)?)
+            .spawn()?;
+        let stdout = child.stdout.take().context("no stdout pipe")?;
+        // The first line is the kubeconfig path, printed once ready; EOF if it failed.
+        let first_line = tokio::time::timeout(
+            DEADLINE,
+            tokio::task::spawn_blocking(move || {
+                let mut line = String::new();
+                std::io::BufReader::new(stdout)
+                    .read_line(&mut line)
+                    .map(|_| line)
+            }),
+        )
+        .await
+        .context("the controlplane command did not become ready")???;
+        let kubeconfig = std::path::PathBuf::from(first_line.trim());
+        let started = Self {
+            child,
+            kubeconfig,
+            stderr,
+            _logs: logs,
+        };
+        ensure!(
+            started.kubeconfig.is_file(),
+            "the controlplane command printed {first_line:?}; stderr:\n{}",
+            started.stderr()
+        );
+        Ok(started)
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// Its children (etcd, kube-apiserver), found through their parent pid.
+    fn children(&self) -> anyhow::Result<Vec<u32>> {
+        let mut children = Vec::new();
+        for entry in std::fs::read_dir("/proc")? {
+            let Some(pid) = entry?.file_name().to_str().and_then(|n| n.parse().ok()) else {
+                continue;
+            };
+            if proc_stat(pid).is_some_and(|(_, parent)| parent == self.child.id()) {
+                children.push(pid);
+            }
+        }
+        Ok(children)
+    }
+}
+
+impl Drop for Standalone {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// State and parent pid from `/proc/<pid>/stat`; `None` once the process is gone.
+fn proc_stat(pid: u32) -> Option<(char, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may contain spaces; the fields after it are fixed.
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let parent = fields.next()?.parse().ok()?;
+    Some((state, parent))
+}
+
+/// Waits until every pid is gone or a zombie (killed, not yet reaped by its new parent).
+async fn wait_until_dead(pids: &[u32]) -> anyhow::Result<()> {
+    tokio::time::timeout(DEADLINE, async {
+        while pids
+            .iter()
+            .any(|pid| proc_stat(*pid).is_some_and(|(state, _)| state != 'Z'))
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .with_context(|| format!("processes {pids:?} are still alive"))
+}
+
+#[tokio::test]
+async fn standalone_command_serves_until_sigterm_then_cleans_up() -> anyhow::Result<()> {
+    let mut standalone = Standalone::start().await?;
+    let children = standalone.children()?;
+    ensure!(
+        children.len() == 2,
+        "expected etcd and kube-apiserver: {children:?}"
+    );
+    let client = ControlPlane::client_for(&standalone.kubeconfig).await?;
+    create_namespace(&client, "standalone").await?;
+
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &standalone.child.id().to_string()])
+        .status()?;
+    ensure!(status.success(), "kill -TERM failed");
+    let exit = tokio::time::timeout(DEADLINE, async {
+        loop {
+            if let Some(exit) = standalone.child.try_wait()? {
+                return anyhow::Ok(exit);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .context("the controlplane command did not exit after SIGTERM")??;
+    ensure!(
+        exit.success(),
+        "exited {exit}; stderr:\n{}",
+        standalone.stderr()
+    );
+    wait_until_dead(&children).await?;
+    let dir = standalone
+        .kubeconfig
+        .parent()
+        .context("kubeconfig without a directory")?;
+    ensure!(!dir.exists(), "{} survived SIGTERM", dir.display());
+    Ok(())
+}
+
+#[tokio::test]
+async fn components_die_when_the_standalone_command_is_killed() -> anyhow::Result<()> {
+    let mut standalone = Standalone::start().await?;
+    let children = standalone.children()?;
+    ensure!(
+        children.len() == 2,
+        "expected etcd and kube-apiserver: {children:?}"
+    );
+    // SIGKILL: no destructor runs, only PR_SET_PDEATHSIG can stop the children.
+    standalone.child.kill()?;
+    standalone.child.wait()?;
+    wait_until_dead(&children).await
+}

@@ -1,8 +1,13 @@
 //! Runs a test control plane (etcd + kube-apiserver, optionally kube-controller-manager) until
-//! interrupted, for demos and benchmarks: prints the admin kubeconfig path on stdout.
+//! SIGINT or SIGTERM, for demos and benchmarks. Once it is ready, prints two lines on stdout:
+//! the admin kubeconfig path, then `export KUBECONFIG=<path>`. Progress goes to stderr.
+//! On SIGINT/SIGTERM it stops the components and removes its directory; if it is killed, the
+//! components die with it (and the next start removes the stale directory).
 //!
 //! ```text
-//! eval "$(cargo run -p vmop-tests --bin controlplane -- --controller-manager | tail -1)"
+//! cargo run -p vmop-tests --bin controlplane -- --controller-manager > /tmp/cp.env &
+//! # once /tmp/cp.env has two lines:
+//! eval "$(tail -1 /tmp/cp.env)"; kubectl get namespaces
 //! ```
 
 use anyhow::Context as _;

@@ -159,3 +159,112 @@ where
 {
     items.into_iter().map(Into::into).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A component run by `sh -c script` in `dir`, ready once the file `ready` exists there.
+    async fn launch_script(dir: &Path, script: &str) -> Result<Launched, LaunchError> {
+        let component = Component {
+            name: "fake",
+            program: Path::new("/bin/sh"),
+            log: dir.join("fake.log"),
+            ports: 1,
+            timeout: Duration::from_secs(10),
+        };
+        let ready = dir.join("ready");
+        component
+            .launch(
+                |_| args(["-c".to_owned(), format!("cd {} && {script}", dir.display())]),
+                |_| {
+                    let ready = ready.clone();
+                    async move {
+                        match ready.exists() {
+                            true => Ok(()),
+                            false => Err("no ready file".to_owned()),
+                        }
+                    }
+                },
+            )
+            .await
+    }
+
+    #[tokio::test]
+    async fn a_lost_port_race_is_retried_on_new_ports() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let script = "if [ -e tried ]; then touch ready; exec sleep 60; \
+                      else touch tried; echo 'bind: address already in use'; exit 1; fi";
+        let launched = launch_script(dir.path(), script).await?;
+        anyhow::ensure!(launched.process.exit_status().is_none(), "not running");
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn an_early_exit_reports_the_end_of_the_log() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let script = "echo attempt >> attempts; echo 'fatal: no etcd'; exit 3";
+        match launch_script(dir.path(), script).await {
+            Err(LaunchError::Exited { tail, status, .. }) => {
+                anyhow::ensure!(tail.contains("fatal: no etcd"), "tail {tail:?}");
+                anyhow::ensure!(status.contains('3'), "status {status:?}");
+            }
+            other => anyhow::bail!("expected an early exit, got {other:?}"),
+        }
+        let attempts = std::fs::read_to_string(dir.path().join("attempts"))?;
+        anyhow::ensure!(attempts.lines().count() == 1, "retried: {attempts:?}");
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn endless_port_races_give_up() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let script = "echo attempt >> attempts; echo 'bind: address already in use'; exit 1";
+        let result = launch_script(dir.path(), script).await;
+        anyhow::ensure!(
+            matches!(result, Err(LaunchError::Exited { .. })),
+            "got {result:?}"
+        );
+        let attempts = std::fs::read_to_string(dir.path().join("attempts"))?;
+        anyhow::ensure!(attempts.lines().count() == MAX_ATTEMPTS, "{attempts:?}");
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_component_never_ready_times_out_with_its_log() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let component = Component {
+            name: "stuck",
+            program: Path::new("/bin/sh"),
+            log: dir.path().join("stuck.log"),
+            ports: 0,
+            timeout: Duration::from_millis(300),
+        };
+        let log = component.log.clone();
+        let result = component
+            .launch(
+                |_| args(["-c", "echo waiting for godot; exec sleep 60"]),
+                // Fails only once the line is logged, so the deadline passes after it.
+                |_| {
+                    let log = log.clone();
+                    async move {
+                        while !crate::controlplane::process::log_tail(&log).contains("godot") {
+                            tokio::time::sleep(POLL_INTERVAL).await;
+                        }
+                        Err("never".to_owned())
+                    }
+                },
+            )
+            .await;
+        match result {
+            Err(LaunchError::Timeout {
+                tail, last_probe, ..
+            }) => {
+                anyhow::ensure!(tail.contains("waiting for godot"), "tail {tail:?}");
+                anyhow::ensure!(last_probe == "never", "last probe {last_probe:?}");
+                Ok(())
+            }
+            other => anyhow::bail!("expected a timeout, got {other:?}"),
+        }
+    }
+}

@@ -180,3 +180,24 @@ fn write(path: &Path, contents: &str) -> Result<(), PkiError> {
         source,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_certificates_are_signed_files_with_at_most_one_group() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let pki = Pki::generate(dir.path())?;
+        let files = pki.client_cert("alice", &["team"], "alice")?;
+        let cert = std::fs::read_to_string(&files.cert)?;
+        anyhow::ensure!(cert.starts_with("-----BEGIN CERTIFICATE-----"), "{cert}");
+        anyhow::ensure!(std::fs::read_to_string(&files.key)?.contains("PRIVATE KEY"));
+        let two_groups = pki.client_cert("bob", &["a", "b"], "bob");
+        anyhow::ensure!(
+            matches!(two_groups, Err(PkiError::TooManyGroups(_))),
+            "{two_groups:?}"
+        );
+        Ok(())
+    }
+}

@@ -35,3 +35,25 @@ pub fn free_port() -> io::Result<u16> {
 pub fn is_bind_failure(log: &str) -> bool {
     log.contains("address already in use")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports_are_never_handed_out_twice() -> io::Result<()> {
+        let ports = (0..32)
+            .map(|_| free_port())
+            .collect::<io::Result<HashSet<_>>>()?;
+        assert_eq!(ports.len(), 32);
+        Ok(())
+    }
+
+    #[test]
+    fn bind_failures_are_recognised_in_go_logs() {
+        assert!(is_bind_failure(
+            "failed to listen on 127.0.0.1:2379: listen tcp 127.0.0.1:2379: bind: address already in use"
+        ));
+        assert!(!is_bind_failure("etcd: ready to serve client requests"));
+    }
+}
