@@ -294,3 +294,35 @@ async fn endpoint_outside_the_allowlist_is_refused() -> Result<()> {
     );
     Ok(())
 }
+
+/// A machine stopped or terminated outside vmop is observed as such: `Stopped`, then gone.
+#[tokio::test(flavor = "multi_thread")]
+async fn changes_made_outside_vmop_are_observed() -> Result<()> {
+    let moto = Moto::start()?;
+    let ec2 = Harness::load().await?;
+    let ctx = context(&moto, &any_credentials())?;
+    let uid = "3f0c4a52-0000-4000-8000-000000000006";
+
+    let created = ec2.plugin.create(&ctx, &spec(uid, IMAGE)).await?;
+    moto.ec2("StopInstances", &[("InstanceId.1", created.id.as_str())])?;
+    let stopped = ec2
+        .plugin
+        .get(&ctx, &created.id)
+        .await?
+        .context("stopped instance not found")?;
+    ensure!(stopped.phase == Phase::Stopped, "{stopped:?}");
+    // A stopped instance still stands for its VM: create must not launch another.
+    let again = ec2.plugin.create(&ctx, &spec(uid, IMAGE)).await?;
+    ensure!(again.id == created.id, "{again:?} vs {created:?}");
+
+    moto.ec2(
+        "TerminateInstances",
+        &[("InstanceId.1", created.id.as_str())],
+    )?;
+    let gone = ec2.plugin.get(&ctx, &created.id).await?;
+    ensure!(
+        gone.is_none(),
+        "terminated instance still reported: {gone:?}"
+    );
+    Ok(())
+}
