@@ -20,5 +20,8 @@ for ws in providers tests/fixtures/guests; do
   [ -f "$ws/Cargo.toml" ] && (cd "$ws" && cargo clippy --workspace --all-targets --target wasm32-wasip2 --locked -- -D warnings)
 done
 
+say "guest unit tests (pure logic: SigV4 vectors, XML, status mapping), native"
+(cd providers && cargo test --workspace --locked)
+
 say "tests (guests are built to wasm32-wasip2 by tests/build.rs)"
 cargo test --workspace --locked "$@"
