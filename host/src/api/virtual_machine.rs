@@ -147,6 +147,13 @@ pub struct VirtualMachineStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 
+    /// A `create` call was started and its outcome is unknown (the operator stopped, or the
+    /// call failed in a way that may have created the machine): the machine may exist without
+    /// an `id`. Deletion then asks the provider (idempotent on the VM's uid) before letting the
+    /// object go, so that such a machine is never leaked.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub create_pending: bool,
+
     /// The class of the last failed provider call (`TransientError`, `RateLimited`,
     /// `PermanentError`, `InvalidSpec`, `Unauthorized`), cleared on success.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -1,1 +1,198 @@
-//! The VirtualMachine and ProviderConfig reconcilers.
+//! The VirtualMachine and ProviderConfig reconcilers, and their wiring.
+//!
+//! - [`vm`]: the VirtualMachine reconciler (finalizer, create/get/delete, status, ConfigMap).
+//! - [`provider_config`]: the ProviderConfig reconciler (plugin, Secret, `vmCount`).
+//! - [`error`], [`error_policy`], [`backoff`]: failures and when to try again.
+//! - [`limiter`]: per-ProviderConfig rate and concurrency limits around every plugin call.
+//! - [`index`], [`watches`]: which VMs a ProviderConfig, Secret or plugin change concerns.
+
+pub mod backoff;
+pub mod connection;
+pub mod context;
+pub mod error;
+pub mod error_policy;
+pub mod index;
+pub mod limiter;
+pub mod provider;
+pub mod provider_config;
+pub mod vm;
+pub mod vm_status;
+pub mod watches;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use futures::{FutureExt, StreamExt, TryStreamExt, future};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::runtime::Predicate;
+use kube::runtime::controller::{self, Controller};
+use kube::runtime::reflector::{self, store::WriterDropped};
+use kube::runtime::{WatchStreamExt, predicates, watcher};
+use kube::{Api, Client};
+
+pub use context::{Context, Options};
+
+use crate::api::{ProviderConfig, VirtualMachine};
+use crate::plugin::PluginRegistry;
+use crate::telemetry::events::{EventSink, chain};
+use backoff::Backoffs;
+use index::VmIndex;
+use limiter::Limiters;
+use provider::Resolver;
+use watches::Fanout;
+
+/// How to run the controllers.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Watch VirtualMachines in this namespace only; `None` watches all.
+    pub namespace: Option<String>,
+    /// Reconciles running at once per controller; 0 means unbounded. The same object is never
+    /// reconciled twice at once either way.
+    pub max_concurrent_reconciles: u16,
+    /// `reportingInstance` of Events (the pod name); `None` uses the host name.
+    pub instance: Option<String>,
+    pub options: Options,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("the {0} cache stopped before it was filled")]
+    CacheNotReady(&'static str, #[source] WriterDropped),
+}
+
+/// Runs both controllers until `shutdown` completes (then finishes the reconciles in flight).
+pub async fn run(
+    client: Client,
+    registry: PluginRegistry,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), RunError> {
+    let (pc_tx, pc_rx) = futures::channel::mpsc::unbounded();
+    let (vm_tx, vm_rx) = futures::channel::mpsc::unbounded();
+    let (configs, configs_writer) = reflector::store();
+    let (secrets, secrets_writer) = reflector::store();
+    let backoff = config.options.backoff;
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        resolver: Resolver {
+            configs: configs.clone(),
+            secrets: secrets.clone(),
+            registry: registry.clone(),
+            limiters: Limiters::default(),
+            operator_namespace: config.options.operator_namespace.clone(),
+        },
+        events: EventSink::new(client.clone(), config.instance.clone()),
+        index: Arc::new(VmIndex::new(pc_tx.clone())),
+        options: config.options.clone(),
+        vm_backoffs: Backoffs::new(backoff),
+        pc_backoffs: Backoffs::new(backoff),
+    });
+
+    let fanout = Fanout {
+        ctx: ctx.clone(),
+        vms: vm_tx,
+        configs: pc_tx,
+    };
+    let fanout = tokio::spawn(watches::run(
+        fanout,
+        registry,
+        configs_writer,
+        secrets_writer,
+    ));
+    let ready = async {
+        configs
+            .wait_until_ready()
+            .await
+            .map_err(|e| RunError::CacheNotReady("ProviderConfig", e))?;
+        secrets
+            .wait_until_ready()
+            .await
+            .map_err(|e| RunError::CacheNotReady("Secret", e))
+    };
+    if let Err(e) = ready.await {
+        fanout.abort();
+        return Err(e);
+    }
+    tracing::info!(
+        namespace = config.namespace.as_deref().unwrap_or("(all)"),
+        operator_namespace = %ctx.options.operator_namespace,
+        "caches filled, starting the controllers"
+    );
+
+    let shutdown = shutdown.boxed().shared();
+    let (vm_api, cm_api): (Api<VirtualMachine>, Api<ConfigMap>) = match &config.namespace {
+        Some(ns) => (
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+        ),
+        None => (Api::all(client.clone()), Api::all(client.clone())),
+    };
+    let (vm_reader, vm_writer) = reflector::store();
+    let index = ctx.index.clone();
+    // Status writes do not trigger a reconcile; spec changes, deletion (which bumps the
+    // generation) and finalizer changes (the helper waits for its own patch) do.
+    let vm_triggers = watcher(vm_api, watcher::Config::default())
+        .default_backoff()
+        .map_ok(move |event| {
+            index.observe(&event);
+            event
+        })
+        .reflect(vm_writer)
+        .applied_objects()
+        .predicate_filter(
+            predicates::generation.combine(predicates::finalizers),
+            Default::default(),
+        );
+    let controller_config =
+        controller::Config::default().concurrency(config.max_concurrent_reconciles);
+    let vms = Controller::for_stream(vm_triggers, vm_reader)
+        .owns(
+            cm_api,
+            watcher::Config::default().labels(&connection::selector()),
+        )
+        .reconcile_on(vm_rx)
+        .with_config(controller_config.clone())
+        .graceful_shutdown_on(shutdown.clone())
+        .run(vm::reconcile, error_policy::vm, ctx.clone())
+        .for_each(|result| {
+            log_outcome("VirtualMachine", result);
+            future::ready(())
+        });
+    let pcs = Controller::new(
+        Api::<ProviderConfig>::all(client),
+        watcher::Config::default(),
+    )
+    .reconcile_on(pc_rx)
+    .with_config(controller_config)
+    .graceful_shutdown_on(shutdown)
+    .run(
+        provider_config::reconcile,
+        error_policy::provider_config,
+        ctx.clone(),
+    )
+    .for_each(|result| {
+        log_outcome("ProviderConfig", result);
+        future::ready(())
+    });
+    futures::join!(vms, pcs);
+    fanout.abort();
+    Ok(())
+}
+
+fn log_outcome<K, E1: std::error::Error + 'static, E2: std::error::Error + 'static>(
+    kind: &str,
+    result: Result<(reflector::ObjectRef<K>, controller::Action), controller::Error<E1, E2>>,
+) where
+    K: reflector::Lookup,
+    K::DynamicType: std::fmt::Debug,
+{
+    match result {
+        Ok((object, action)) => tracing::debug!(kind, %object, ?action, "reconciled"),
+        // Reconcile failures were logged by the error policy.
+        Err(controller::Error::ReconcilerFailed(..)) => {}
+        Err(controller::Error::ObjectNotFound(object)) => {
+            tracing::debug!(kind, %object, "object gone before its reconcile")
+        }
+        Err(e) => tracing::warn!(kind, error = %chain(&e), "controller error"),
+    }
+}

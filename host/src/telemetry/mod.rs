@@ -1,3 +1,4 @@
 //! Logs, metrics, events and health endpoints.
 
+pub mod events;
 pub mod logging;

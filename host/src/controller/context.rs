@@ -1,0 +1,59 @@
+//! State shared by every reconcile.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::Client;
+use kube::runtime::reflector::ObjectRef;
+
+use super::backoff::{BackoffConfig, Backoffs};
+use super::index::VmIndex;
+use super::provider::Resolver;
+use crate::api::{ProviderConfig, VirtualMachine};
+use crate::telemetry::events::EventSink;
+
+/// Tunables of the reconcilers.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The operator's namespace: the only one whose Secrets may be read.
+    pub operator_namespace: String,
+    /// How often a healthy VM is re-checked with `get` (drift detection), jittered by 10%.
+    pub resync_period: Duration,
+    /// How often a VM that is making progress (provisioning, deleting) is re-checked.
+    pub poll_interval: Duration,
+    /// Backoff of transient failures.
+    pub backoff: BackoffConfig,
+    /// Test hook: exit the process right after a successful `create`, before its result is
+    /// written to the VM's status, to prove that a crash there does not duplicate machines.
+    pub exit_after_create: bool,
+}
+
+impl Options {
+    pub fn new(operator_namespace: impl Into<String>) -> Self {
+        Options {
+            operator_namespace: operator_namespace.into(),
+            resync_period: Duration::from_secs(300),
+            poll_interval: Duration::from_secs(5),
+            backoff: BackoffConfig::default(),
+            exit_after_create: false,
+        }
+    }
+}
+
+pub struct Context {
+    pub client: Client,
+    pub resolver: Resolver,
+    pub events: EventSink,
+    pub options: Options,
+    pub index: Arc<VmIndex>,
+    pub vm_backoffs: Backoffs<ObjectRef<VirtualMachine>>,
+    pub pc_backoffs: Backoffs<ObjectRef<ProviderConfig>>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}

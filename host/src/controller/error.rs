@@ -1,0 +1,183 @@
+//! Errors of the reconcilers, and what each one means for the next attempt.
+
+use std::time::Duration;
+
+use crate::api::quantity::QuantityError;
+use crate::plugin::{CallError, ErrorClass, Operation};
+
+use super::provider::ResolveError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot use ProviderConfig {name}")]
+    Resolve {
+        name: String,
+        #[source]
+        source: ResolveError,
+    },
+    #[error("spec.memory is invalid")]
+    Memory(#[source] QuantityError),
+    #[error("provider call {} failed", op.as_str())]
+    Call {
+        op: Operation,
+        #[source]
+        source: CallError,
+    },
+    #[error("failed to {action}")]
+    Kube {
+        action: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("external machine {id} is not gone yet")]
+    DeletionPending { id: String },
+    #[error("ConfigMap {name} exists and is not controlled by this VirtualMachine")]
+    ConfigMapConflict { name: String },
+    #[error("object has no metadata.{0}")]
+    Metadata(&'static str),
+    #[error("finalizer bookkeeping failed")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+}
+
+/// When to try again after an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// Per-object exponential backoff.
+    Backoff,
+    /// After the given delay (the provider said so).
+    After(Duration),
+    /// After the poll interval: waiting for progress, not failing.
+    Poll,
+    /// Only when the VM, its ProviderConfig or its Secret changes.
+    AwaitChange,
+}
+
+impl Error {
+    pub fn kube(action: &'static str) -> impl FnOnce(kube::Error) -> Error {
+        move |source| Error::Kube { action, source }
+    }
+
+    /// Unwraps the finalizer helper's wrapping of our own errors.
+    pub fn from_finalizer(e: kube::runtime::finalizer::Error<Error>) -> Error {
+        use kube::runtime::finalizer::Error as F;
+        match e {
+            F::ApplyFailed(e) | F::CleanupFailed(e) => e,
+            F::AddFinalizer(source) => Error::Kube {
+                action: "add the finalizer",
+                source,
+            },
+            F::RemoveFinalizer(source) => Error::Kube {
+                action: "remove the finalizer",
+                source,
+            },
+            other => Error::Finalizer(Box::new(other)),
+        }
+    }
+
+    /// The `Synced` condition reason for this error.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::Resolve { source, .. } => source.reason(),
+            Error::Memory(_) => ErrorClass::InvalidSpec.reason(),
+            Error::Call { source, .. } => source.class().reason(),
+            Error::Kube { .. } | Error::Finalizer(_) | Error::Metadata(_) => "KubernetesError",
+            Error::DeletionPending { .. } => "Deleting",
+            Error::ConfigMapConflict { .. } => "ConfigMapConflict",
+        }
+    }
+
+    pub fn retry(&self) -> Retry {
+        match self {
+            Error::Resolve { source, .. } if source.awaits_change() => Retry::AwaitChange,
+            Error::Resolve { .. } => Retry::Backoff,
+            Error::Memory(_) => Retry::AwaitChange,
+            Error::Call { source, .. } => match source.class() {
+                ErrorClass::Transient => Retry::Backoff,
+                ErrorClass::RateLimited(after) => Retry::After(after),
+                ErrorClass::Permanent | ErrorClass::InvalidSpec | ErrorClass::Unauthorized => {
+                    Retry::AwaitChange
+                }
+            },
+            Error::DeletionPending { .. } => Retry::Poll,
+            Error::Kube { .. }
+            | Error::Finalizer(_)
+            | Error::Metadata(_)
+            | Error::ConfigMapConflict { .. } => Retry::Backoff,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugin::ProviderError;
+
+    fn call(e: ProviderError) -> Error {
+        Error::Call {
+            op: Operation::Create,
+            source: CallError::Provider(e),
+        }
+    }
+
+    #[test]
+    fn provider_errors_map_to_reasons_and_retries() {
+        let cases = [
+            (
+                call(ProviderError::Transient("x".into())),
+                "TransientError",
+                Retry::Backoff,
+            ),
+            (
+                call(ProviderError::RateLimited {
+                    retry_after: Duration::from_secs(7),
+                    message: "slow down".into(),
+                }),
+                "RateLimited",
+                Retry::After(Duration::from_secs(7)),
+            ),
+            (
+                call(ProviderError::Permanent("x".into())),
+                "PermanentError",
+                Retry::AwaitChange,
+            ),
+            (
+                call(ProviderError::InvalidSpec("x".into())),
+                "InvalidSpec",
+                Retry::AwaitChange,
+            ),
+            (
+                call(ProviderError::Unauthorized("x".into())),
+                "Unauthorized",
+                Retry::AwaitChange,
+            ),
+            (
+                Error::Call {
+                    op: Operation::Get,
+                    source: CallError::Timeout {
+                        op: "get",
+                        timeout: Duration::from_secs(1),
+                    },
+                },
+                "TransientError",
+                Retry::Backoff,
+            ),
+        ];
+        for (error, reason, retry) in cases {
+            assert_eq!(error.reason(), reason, "{error:?}");
+            assert_eq!(error.retry(), retry, "{error:?}");
+        }
+    }
+
+    #[test]
+    fn configuration_problems_wait_for_a_change() {
+        let missing = Error::Resolve {
+            name: "aws".into(),
+            source: ResolveError::NotFound { name: "aws".into() },
+        };
+        assert_eq!(missing.reason(), "ProviderConfigNotFound");
+        assert_eq!(missing.retry(), Retry::AwaitChange);
+        let memory = Error::Memory(QuantityError::Negative("-1".into()));
+        assert_eq!(memory.reason(), "InvalidSpec");
+        assert_eq!(memory.retry(), Retry::AwaitChange);
+    }
+}

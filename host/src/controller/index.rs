@@ -1,0 +1,234 @@
+//! Which VirtualMachines use which ProviderConfig: maintained from the VM watch stream so that
+//! a change to a ProviderConfig (or its Secret, or its plugin file) re-enqueues exactly its VMs
+//! without scanning every VM.
+//!
+//! # Guarantees
+//!
+//! - After a watch (re)list completes (`InitDone`), the index holds exactly the listed VMs.
+//! - Every change of a ProviderConfig's set of VMs is announced on the channel given to
+//!   [`VmIndex::new`], so the ProviderConfig reconciler can refresh its `vmCount`.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use futures::channel::mpsc::UnboundedSender;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher::Event;
+
+use crate::api::{ProviderConfig, VirtualMachine};
+
+type VmRef = ObjectRef<VirtualMachine>;
+
+#[derive(Debug, Default)]
+struct Maps {
+    by_provider: HashMap<String, HashSet<VmRef>>,
+    provider_of: HashMap<VmRef, String>,
+}
+
+impl Maps {
+    /// Sets `vm`'s provider; returns the providers whose set changed.
+    fn upsert(&mut self, vm: VmRef, provider: String) -> Vec<String> {
+        match self.provider_of.insert(vm.clone(), provider.clone()) {
+            Some(old) if old == provider => Vec::new(),
+            old => {
+                let mut changed = vec![provider.clone()];
+                if let Some(old) = old {
+                    self.detach(&vm, &old);
+                    changed.push(old);
+                }
+                self.by_provider.entry(provider).or_default().insert(vm);
+                changed
+            }
+        }
+    }
+
+    fn remove(&mut self, vm: &VmRef) -> Option<String> {
+        let provider = self.provider_of.remove(vm)?;
+        self.detach(vm, &provider);
+        Some(provider)
+    }
+
+    fn detach(&mut self, vm: &VmRef, provider: &str) {
+        if let Some(set) = self.by_provider.get_mut(provider) {
+            set.remove(vm);
+            if set.is_empty() {
+                self.by_provider.remove(provider);
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct VmIndex {
+    current: Mutex<Maps>,
+    /// Filled between `Init` and `InitDone` of a relist, then swapped in.
+    relisting: Mutex<Option<Maps>>,
+    changed: UnboundedSender<ObjectRef<ProviderConfig>>,
+}
+
+impl VmIndex {
+    /// `changed` receives the ProviderConfigs whose set of VMs changed.
+    pub fn new(changed: UnboundedSender<ObjectRef<ProviderConfig>>) -> Self {
+        VmIndex {
+            current: Mutex::default(),
+            relisting: Mutex::default(),
+            changed,
+        }
+    }
+
+    /// Applies one watch event.
+    pub fn observe(&self, event: &Event<VirtualMachine>) {
+        let changed = match event {
+            Event::Apply(vm) => lock(&self.current)
+                .upsert(VmRef::from(vm), vm.spec.provider_config_ref.name.clone()),
+            Event::Delete(vm) => lock(&self.current)
+                .remove(&VmRef::from(vm))
+                .into_iter()
+                .collect(),
+            Event::Init => {
+                *lock(&self.relisting) = Some(Maps::default());
+                Vec::new()
+            }
+            Event::InitApply(vm) => {
+                if let Some(maps) = lock(&self.relisting).as_mut() {
+                    maps.upsert(VmRef::from(vm), vm.spec.provider_config_ref.name.clone());
+                }
+                Vec::new()
+            }
+            Event::InitDone => match lock(&self.relisting).take() {
+                Some(new) => {
+                    let mut current = lock(&self.current);
+                    let changed = providers_differing(&current, &new);
+                    *current = new;
+                    changed
+                }
+                None => Vec::new(),
+            },
+        };
+        for name in changed {
+            // A closed channel means the ProviderConfig controller has stopped: nothing to tell.
+            let _ = self.changed.unbounded_send(ObjectRef::new(&name));
+        }
+    }
+
+    /// The VMs referencing the ProviderConfig `name`.
+    pub fn vms_of(&self, name: &str) -> Vec<VmRef> {
+        lock(&self.current)
+            .by_provider
+            .get(name)
+            .map(|set| set.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// How many VMs reference the ProviderConfig `name`.
+    pub fn count(&self, name: &str) -> usize {
+        lock(&self.current)
+            .by_provider
+            .get(name)
+            .map_or(0, HashSet::len)
+    }
+}
+
+fn providers_differing(a: &Maps, b: &Maps) -> Vec<String> {
+    let names: BTreeSet<&String> = a.by_provider.keys().chain(b.by_provider.keys()).collect();
+    names
+        .into_iter()
+        .filter(|n| a.by_provider.get(*n) != b.by_provider.get(*n))
+        .cloned()
+        .collect()
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{DeletionPolicy, ProviderConfigRef, VirtualMachineSpec};
+    use futures::{FutureExt, StreamExt};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    fn vm(ns: &str, name: &str, provider: &str) -> VirtualMachine {
+        let mut vm = VirtualMachine::new(
+            name,
+            VirtualMachineSpec {
+                provider_config_ref: ProviderConfigRef {
+                    name: provider.into(),
+                },
+                image: "ami-1".into(),
+                cpu: 1,
+                memory: Quantity("1Gi".into()),
+                user_data: None,
+                deletion_policy: DeletionPolicy::Delete,
+                connection_config_map: None,
+            },
+        );
+        vm.metadata.namespace = Some(ns.into());
+        vm
+    }
+
+    fn names(refs: Vec<VmRef>) -> Vec<String> {
+        let mut names: Vec<String> = refs
+            .into_iter()
+            .map(|r| format!("{}/{}", r.namespace.unwrap_or_default(), r.name))
+            .collect();
+        names.sort();
+        names
+    }
+
+    fn drain(
+        rx: &mut futures::channel::mpsc::UnboundedReceiver<ObjectRef<ProviderConfig>>,
+    ) -> Vec<String> {
+        let mut out = Vec::new();
+        while let Some(Some(r)) = rx.next().now_or_never() {
+            out.push(r.name);
+        }
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn apply_move_and_delete() {
+        let (tx, mut rx) = futures::channel::mpsc::unbounded();
+        let index = VmIndex::new(tx);
+        index.observe(&Event::Apply(vm("a", "one", "aws")));
+        index.observe(&Event::Apply(vm("b", "two", "aws")));
+        index.observe(&Event::Apply(vm("a", "three", "gcp")));
+        assert_eq!(names(index.vms_of("aws")), ["a/one", "b/two"]);
+        assert_eq!(index.count("gcp"), 1);
+        assert_eq!(drain(&mut rx), ["aws", "aws", "gcp"]);
+
+        // Re-applying an unchanged VM announces nothing.
+        index.observe(&Event::Apply(vm("a", "one", "aws")));
+        assert!(drain(&mut rx).is_empty());
+
+        index.observe(&Event::Apply(vm("b", "two", "gcp")));
+        assert_eq!(names(index.vms_of("aws")), ["a/one"]);
+        assert_eq!(drain(&mut rx), ["aws", "gcp"]);
+
+        index.observe(&Event::Delete(vm("a", "one", "aws")));
+        assert!(index.vms_of("aws").is_empty());
+        assert_eq!(drain(&mut rx), ["aws"]);
+    }
+
+    #[test]
+    fn relist_replaces_the_index() {
+        let (tx, mut rx) = futures::channel::mpsc::unbounded();
+        let index = VmIndex::new(tx);
+        index.observe(&Event::Apply(vm("a", "gone", "aws")));
+        index.observe(&Event::Apply(vm("a", "stays", "gcp")));
+        drain(&mut rx);
+
+        index.observe(&Event::Init);
+        index.observe(&Event::InitApply(vm("a", "stays", "gcp")));
+        index.observe(&Event::InitApply(vm("a", "new", "azure")));
+        // Until InitDone, the old index is served.
+        assert_eq!(index.count("aws"), 1);
+        index.observe(&Event::InitDone);
+        assert_eq!(index.count("aws"), 0);
+        assert_eq!(names(index.vms_of("azure")), ["a/new"]);
+        assert_eq!(names(index.vms_of("gcp")), ["a/stays"]);
+        assert_eq!(drain(&mut rx), ["aws", "azure"]);
+    }
+}

@@ -1,0 +1,212 @@
+//! Per-ProviderConfig throttling of plugin calls: a token bucket (`requestsPerSecond`, `burst`)
+//! and a cap on calls in flight (`maxConcurrentCalls`).
+//!
+//! # Guarantees
+//!
+//! - At most `max_concurrent` calls hold a [`Permit`] at once.
+//! - Over any window of `t` seconds, at most `burst + rate * t` permits are handed out.
+//! - Waiters are served in arrival order for the concurrency cap (tokio's semaphore is fair).
+//!
+//! # Caveats
+//!
+//! A limiter belongs to one set of limits; when a ProviderConfig's limits change, the
+//! [`Limiters`] table hands out a new one and calls still holding permits of the old one finish
+//! under the old bounds.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+use crate::api::Limits;
+
+/// The bucket's arithmetic, separate from time and locking so it can be reasoned about alone.
+#[derive(Debug, Clone)]
+pub struct TokenBucket {
+    rate: f64,
+    burst: f64,
+    tokens: f64,
+    last: Instant,
+}
+
+impl TokenBucket {
+    /// A full bucket: `burst` calls may go at once.
+    pub fn new(rate_per_second: u32, burst: u32, now: Instant) -> Self {
+        let burst = f64::from(burst.max(1));
+        TokenBucket {
+            rate: f64::from(rate_per_second.max(1)),
+            burst,
+            tokens: burst,
+            last: now,
+        }
+    }
+
+    /// Takes one token, or says how long until one is available.
+    pub fn try_take(&mut self, now: Instant) -> Result<(), Duration> {
+        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * self.rate).min(self.burst);
+        self.last = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(Duration::from_secs_f64((1.0 - self.tokens) / self.rate))
+        }
+    }
+}
+
+/// Throttle of one ProviderConfig.
+#[derive(Debug)]
+pub struct Limiter {
+    limits: Limits,
+    bucket: Mutex<TokenBucket>,
+    in_flight: Arc<Semaphore>,
+}
+
+/// Held for the duration of one plugin call.
+#[derive(Debug)]
+pub struct Permit {
+    _slot: Option<OwnedSemaphorePermit>,
+}
+
+impl Limiter {
+    pub fn new(limits: &Limits) -> Self {
+        Limiter {
+            limits: limits.clone(),
+            bucket: Mutex::new(TokenBucket::new(
+                limits.requests_per_second,
+                limits.burst,
+                Instant::now(),
+            )),
+            in_flight: Arc::new(Semaphore::new(limits.max_concurrent_calls.max(1) as usize)),
+        }
+    }
+
+    /// Waits for a concurrency slot, then for a token.
+    pub async fn acquire(&self) -> Permit {
+        // The semaphore is never closed, so this is always `Some`.
+        let slot = self.in_flight.clone().acquire_owned().await.ok();
+        loop {
+            let wait = {
+                let mut bucket = self.bucket.lock().unwrap_or_else(PoisonError::into_inner);
+                match bucket.try_take(Instant::now()) {
+                    Ok(()) => break,
+                    Err(wait) => wait,
+                }
+            };
+            tokio::time::sleep(wait).await;
+        }
+        Permit { _slot: slot }
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+}
+
+/// One [`Limiter`] per ProviderConfig name.
+#[derive(Debug, Default)]
+pub struct Limiters {
+    by_name: Mutex<HashMap<String, Arc<Limiter>>>,
+}
+
+impl Limiters {
+    /// The limiter of `name`, replaced when `limits` differ from the ones it was built with.
+    pub fn get(&self, name: &str, limits: &Limits) -> Arc<Limiter> {
+        let mut map = self.by_name.lock().unwrap_or_else(PoisonError::into_inner);
+        match map.get(name) {
+            Some(l) if l.limits() == limits => l.clone(),
+            _ => {
+                let l = Arc::new(Limiter::new(limits));
+                map.insert(name.to_owned(), l.clone());
+                l
+            }
+        }
+    }
+
+    /// Forgets a deleted ProviderConfig.
+    pub fn remove(&self, name: &str) {
+        self.by_name
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(rps: u32, burst: u32, concurrent: u32) -> Limits {
+        Limits {
+            requests_per_second: rps,
+            burst,
+            max_concurrent_calls: concurrent,
+            ..Limits::default()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn bucket_allows_burst_then_the_rate() {
+        let start = Instant::now();
+        let mut b = TokenBucket::new(2, 3, start);
+        for _ in 0..3 {
+            assert_eq!(b.try_take(start), Ok(()));
+        }
+        assert_eq!(b.try_take(start), Err(Duration::from_millis(500)));
+        assert!(b.try_take(start + Duration::from_millis(499)).is_err());
+        assert_eq!(b.try_take(start + Duration::from_millis(500)), Ok(()));
+        // A long idle period refills only up to the burst.
+        let later = start + Duration::from_secs(60);
+        for _ in 0..3 {
+            assert_eq!(b.try_take(later), Ok(()));
+        }
+        assert!(b.try_take(later).is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn acquire_paces_calls_at_the_rate() {
+        let limiter = Limiter::new(&limits(10, 5, 100));
+        let start = Instant::now();
+        for _ in 0..25 {
+            drop(limiter.acquire().await);
+        }
+        // 5 from the burst, 20 more at 10/s.
+        assert_eq!(Instant::now() - start, Duration::from_secs(2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn concurrency_is_capped() {
+        let limiter = Arc::new(Limiter::new(&limits(1000, 1000, 2)));
+        let a = limiter.acquire().await;
+        let _b = limiter.acquire().await;
+        let third = tokio::spawn({
+            let limiter = limiter.clone();
+            async move { limiter.acquire().await }
+        });
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert!(
+            !third.is_finished(),
+            "a third call ran while two were in flight"
+        );
+        drop(a);
+        let _c = tokio::time::timeout(Duration::from_secs(1), third)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+
+    #[test]
+    fn table_rebuilds_on_new_limits_only() {
+        let table = Limiters::default();
+        let a = table.get("aws", &limits(1, 1, 1));
+        let b = table.get("aws", &limits(1, 1, 1));
+        assert!(Arc::ptr_eq(&a, &b));
+        let c = table.get("aws", &limits(2, 1, 1));
+        assert!(!Arc::ptr_eq(&a, &c));
+        let other = table.get("gcp", &limits(2, 1, 1));
+        assert!(!Arc::ptr_eq(&c, &other));
+    }
+}

@@ -1,0 +1,115 @@
+//! The ProviderConfig reconciler: loads the plugin, resolves the credentials Secret and the
+//! egress policy, and reports `Ready`, the plugin's identity and how many VMs use it.
+//!
+//! It never calls the cloud: `Ready` says the configuration is usable, not that the
+//! credentials are accepted (a refused call shows up as `Synced=False` on the VMs).
+
+use std::sync::Arc;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, Resource, ResourceExt};
+
+use super::context::Context;
+use super::error::Error;
+use crate::api::conditions::{self, READY, Status};
+use crate::api::{MANAGER, PluginStatus, ProviderConfig, ProviderConfigStatus};
+use crate::telemetry::events::chain;
+
+pub async fn reconcile(pc: Arc<ProviderConfig>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let name = pc.name_any();
+    let generation = pc.meta().generation;
+    let old = pc.status.clone().unwrap_or_default();
+    let mut status = old.clone();
+    status.observed_generation = generation;
+    status.vm_count = u32::try_from(ctx.index.count(&name)).unwrap_or(u32::MAX);
+    let resolved = ctx.resolver.resolve(&pc).await;
+    let ready = match &resolved {
+        Ok(provider) => {
+            let info = provider.plugin.info();
+            status.plugin = Some(PluginStatus {
+                name: info.name.clone(),
+                version: info.version.clone(),
+                digest: provider.plugin.digest().to_owned(),
+                wit_version: info.wit_version.clone(),
+            });
+            let message = format!(
+                "plugin {} {} loaded from {}",
+                info.name, info.version, pc.spec.plugin.path
+            );
+            conditions::new(READY, Status::True, "PluginLoaded", message, generation)
+        }
+        Err(error) => {
+            status.plugin = None;
+            conditions::new(
+                READY,
+                Status::False,
+                error.reason(),
+                chain(error),
+                generation,
+            )
+        }
+    };
+    let was_ready = conditions::find(&old.conditions, READY).cloned();
+    conditions::set(&mut status.conditions, ready.clone());
+    write(&ctx, &pc, &old, &status).await?;
+
+    if was_ready.as_ref().map(|c| (&c.status, &c.reason)) != Some((&ready.status, &ready.reason)) {
+        if ready.status == Status::True.as_str() {
+            ctx.events
+                .normal(&*pc, "Load", "PluginLoaded", ready.message.clone())
+                .await;
+        } else {
+            ctx.events
+                .warning(&*pc, "Load", &ready.reason, ready.message.clone())
+                .await;
+        }
+    }
+
+    match resolved {
+        Ok(_) => {
+            ctx.pc_backoffs.reset(&ObjectRef::from(&*pc));
+            Ok(Action::await_change())
+        }
+        Err(source) => Err(Error::Resolve { name, source }),
+    }
+}
+
+async fn write(
+    ctx: &Context,
+    pc: &ProviderConfig,
+    old: &ProviderConfigStatus,
+    new: &ProviderConfigStatus,
+) -> Result<(), Error> {
+    if pc.status.is_some() && same(old, new) {
+        return Ok(());
+    }
+    let api: Api<ProviderConfig> = Api::all(ctx.client.clone());
+    let patch = serde_json::json!({
+        "apiVersion": ProviderConfig::api_version(&()),
+        "kind": ProviderConfig::kind(&()),
+        "status": new,
+    });
+    api.patch_status(
+        &pc.name_any(),
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(Error::kube("write the ProviderConfig status"))?;
+    Ok(())
+}
+
+fn same(a: &ProviderConfigStatus, b: &ProviderConfigStatus) -> bool {
+    let strip = |s: &ProviderConfigStatus| {
+        let mut s = s.clone();
+        for c in &mut s.conditions {
+            c.last_transition_time = Time(Timestamp::UNIX_EPOCH);
+        }
+        s
+    };
+    strip(a) == strip(b)
+}

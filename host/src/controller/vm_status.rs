@@ -1,0 +1,240 @@
+//! Building and writing `VirtualMachine.status`.
+//!
+//! Status is written with server-side apply under the `vmop` field manager, so a field the
+//! operator stops sending (say `lastError` after a success) is removed, and a write that would
+//! change nothing is not sent at all.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Resource, ResourceExt};
+
+use super::error::Error;
+use crate::api::conditions::{self, READY, SYNCED, Status};
+use crate::api::{MANAGER, VirtualMachine, VirtualMachineStatus, VmPhase};
+use crate::plugin::{Phase, VmStatus};
+
+/// The status as last written, or an empty one.
+pub fn current(vm: &VirtualMachine) -> VirtualMachineStatus {
+    vm.status.clone().unwrap_or_default()
+}
+
+/// Mirrors what the provider reported and marks the reconcile successful.
+pub fn observed(status: &mut VirtualMachineStatus, vm: &VirtualMachine, seen: &VmStatus) {
+    let generation = vm.meta().generation;
+    status.id = Some(seen.id.clone());
+    status.phase = Some(VmPhase::from(seen.phase));
+    status.addresses = seen.addresses.clone();
+    status.create_pending = false;
+    status.last_error = None;
+    status.observed_generation = generation;
+    conditions::set(&mut status.conditions, ready(seen, generation));
+    conditions::set(
+        &mut status.conditions,
+        conditions::new(SYNCED, Status::True, "ReconcileSucceeded", "", generation),
+    );
+}
+
+/// The `Ready` condition for an observed machine.
+fn ready(seen: &VmStatus, generation: Option<i64>) -> Condition {
+    let (status, reason, default_message) = match seen.phase {
+        Phase::Running => (Status::True, "Running", "the external machine is running"),
+        Phase::Failed => (
+            Status::False,
+            "ProviderReportedFailure",
+            "the provider reports that the machine failed",
+        ),
+        Phase::Pending => (Status::False, "Pending", "the external machine is pending"),
+        Phase::Provisioning => (
+            Status::False,
+            "Provisioning",
+            "the external machine is being provisioned",
+        ),
+        Phase::Stopped => (Status::False, "Stopped", "the external machine is stopped"),
+        Phase::Deleting => (
+            Status::False,
+            "Deleting",
+            "the external machine is being deleted",
+        ),
+        Phase::Unknown => (
+            Status::Unknown,
+            "Unknown",
+            "the provider reports an unknown state",
+        ),
+    };
+    let message = seen
+        .message
+        .clone()
+        .unwrap_or_else(|| default_message.to_owned());
+    conditions::new(READY, status, reason, message, generation)
+}
+
+/// Marks the reconcile failed with `reason` (an error class or configuration problem).
+/// `Ready` keeps what was last observed; before any observation it becomes `False` too.
+pub fn failed(
+    status: &mut VirtualMachineStatus,
+    vm: &VirtualMachine,
+    reason: &str,
+    message: String,
+) {
+    let generation = vm.meta().generation;
+    status.last_error = Some(reason.to_owned());
+    status.observed_generation = generation;
+    if conditions::find(&status.conditions, READY).is_none() {
+        conditions::set(
+            &mut status.conditions,
+            conditions::new(READY, Status::False, reason, message.clone(), generation),
+        );
+    }
+    conditions::set(
+        &mut status.conditions,
+        conditions::new(SYNCED, Status::False, reason, message, generation),
+    );
+}
+
+/// Sets `Ready=False` with the given reason without touching the rest.
+pub fn not_ready(
+    status: &mut VirtualMachineStatus,
+    vm: &VirtualMachine,
+    reason: &str,
+    message: &str,
+) {
+    let generation = vm.meta().generation;
+    conditions::set(
+        &mut status.conditions,
+        conditions::new(READY, Status::False, reason, message, generation),
+    );
+}
+
+/// Writes `status` unless it says what `vm.status` already says. Returns whether it wrote.
+pub async fn write(
+    api: &Api<VirtualMachine>,
+    vm: &VirtualMachine,
+    status: &VirtualMachineStatus,
+) -> Result<bool, Error> {
+    if vm.status.as_ref().is_some_and(|old| same(old, status)) {
+        return Ok(false);
+    }
+    let patch = serde_json::json!({
+        "apiVersion": VirtualMachine::api_version(&()),
+        "kind": VirtualMachine::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        &vm.name_any(),
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(Error::kube("write the VirtualMachine status"))?;
+    Ok(true)
+}
+
+/// Equal apart from condition transition times.
+fn same(a: &VirtualMachineStatus, b: &VirtualMachineStatus) -> bool {
+    let strip = |s: &VirtualMachineStatus| {
+        let mut s = s.clone();
+        for c in &mut s.conditions {
+            c.last_transition_time = Time(Timestamp::UNIX_EPOCH);
+        }
+        s
+    };
+    strip(a) == strip(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{DeletionPolicy, ProviderConfigRef, VirtualMachineSpec};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    fn vm(generation: i64) -> VirtualMachine {
+        let mut vm = VirtualMachine::new(
+            "web",
+            VirtualMachineSpec {
+                provider_config_ref: ProviderConfigRef { name: "aws".into() },
+                image: "ami-1".into(),
+                cpu: 1,
+                memory: Quantity("1Gi".into()),
+                user_data: None,
+                deletion_policy: DeletionPolicy::Delete,
+                connection_config_map: None,
+            },
+        );
+        vm.metadata.generation = Some(generation);
+        vm
+    }
+
+    fn seen(phase: Phase) -> VmStatus {
+        VmStatus {
+            id: "i-1".into(),
+            phase,
+            addresses: vec!["10.0.0.1".into()],
+            message: None,
+        }
+    }
+
+    #[test]
+    fn observed_running_is_ready_and_synced() {
+        let mut s = VirtualMachineStatus {
+            create_pending: true,
+            last_error: Some("TransientError".into()),
+            ..Default::default()
+        };
+        observed(&mut s, &vm(3), &seen(Phase::Running));
+        assert_eq!(s.id.as_deref(), Some("i-1"));
+        assert_eq!(s.phase, Some(VmPhase::Running));
+        assert!(!s.create_pending);
+        assert_eq!(s.last_error, None);
+        assert_eq!(s.observed_generation, Some(3));
+        assert!(conditions::is_true(&s.conditions, READY));
+        assert!(conditions::is_true(&s.conditions, SYNCED));
+    }
+
+    #[test]
+    fn failure_keeps_ready_and_flips_synced() {
+        let mut s = VirtualMachineStatus::default();
+        observed(&mut s, &vm(1), &seen(Phase::Running));
+        failed(&mut s, &vm(1), "Unauthorized", "no".into());
+        assert!(conditions::is_true(&s.conditions, READY));
+        let synced = conditions::find(&s.conditions, SYNCED).unwrap();
+        assert_eq!(
+            (synced.status.as_str(), synced.reason.as_str()),
+            ("False", "Unauthorized")
+        );
+        assert_eq!(s.last_error.as_deref(), Some("Unauthorized"));
+    }
+
+    #[test]
+    fn failure_before_any_observation_is_not_ready() {
+        let mut s = VirtualMachineStatus::default();
+        failed(&mut s, &vm(1), "ProviderConfigNotFound", "missing".into());
+        assert!(!conditions::is_true(&s.conditions, READY));
+        assert_eq!(
+            conditions::find(&s.conditions, READY).unwrap().reason,
+            "ProviderConfigNotFound"
+        );
+    }
+
+    #[test]
+    fn provider_failure_is_shown() {
+        let mut s = VirtualMachineStatus::default();
+        let mut failed_vm = seen(Phase::Failed);
+        failed_vm.message = Some("host hardware failure".into());
+        observed(&mut s, &vm(1), &failed_vm);
+        let ready = conditions::find(&s.conditions, READY).unwrap();
+        assert_eq!(ready.reason, "ProviderReportedFailure");
+        assert_eq!(ready.message, "host hardware failure");
+    }
+
+    #[test]
+    fn same_ignores_transition_times_only() {
+        let mut a = VirtualMachineStatus::default();
+        observed(&mut a, &vm(1), &seen(Phase::Running));
+        let mut b = a.clone();
+        b.conditions[0].last_transition_time = Time(Timestamp::from_second(5).unwrap());
+        assert!(same(&a, &b));
+        b.addresses.push("10.0.0.2".into());
+        assert!(!same(&a, &b));
+    }
+}
