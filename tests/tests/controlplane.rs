@@ -16,7 +16,7 @@ use kube::api::{
 };
 use kube::runtime::wait::{await_condition, conditions};
 use serde_json::json;
-use vmop_tests::controlplane::{ControlPlane, create_namespace};
+use vmop_tests::controlplane::{ControlPlane, Options, create_namespace};
 
 /// Generous: the machine may be busy compiling; a test that passes never waits this long.
 const DEADLINE: Duration = Duration::from_secs(90);
@@ -77,9 +77,8 @@ fn widget_size(widget: &DynamicObject) -> Option<i64> {
 #[tokio::test]
 async fn custom_object_is_created_read_and_watched() -> anyhow::Result<()> {
     let control_plane = ControlPlane::shared().await?;
-    let client = control_plane.client().await?;
+    let (client, namespace) = control_plane.test_namespace("crd").await?;
     install_widget_crd(&client).await?;
-    let namespace = create_namespace(&client, "crd").await?;
     let resource = widget_resource();
     let widgets: Api<DynamicObject> = Api::namespaced_with(client, &namespace, &resource);
 
@@ -240,8 +239,7 @@ async fn service_account_token_authenticates() -> anyhow::Result<()> {
 async fn deleting_an_owner_deletes_its_dependent() -> anyhow::Result<()> {
     let control_plane = ControlPlane::shared().await?;
     control_plane.ensure_controller_manager().await?;
-    let client = control_plane.client().await?;
-    let namespace = create_namespace(&client, "gc").await?;
+    let (client, namespace) = control_plane.test_namespace("gc").await?;
     let config_maps: Api<ConfigMap> = Api::namespaced(client, &namespace);
     let named = |name: &str| ConfigMap {
         metadata: ObjectMeta {
@@ -285,8 +283,7 @@ async fn deleting_an_owner_deletes_its_dependent() -> anyhow::Result<()> {
 #[tokio::test]
 async fn kubectl_reads_through_the_written_kubeconfig() -> anyhow::Result<()> {
     let control_plane = ControlPlane::shared().await?;
-    let client = control_plane.client().await?;
-    let namespace = create_namespace(&client, "kubectl").await?;
+    let (_, namespace) = control_plane.test_namespace("kubectl").await?;
     let mut command = control_plane.kubectl_command();
     command.args(["get", "namespaces", "-o", "name"]);
     let output = tokio::task::spawn_blocking(move || command.output()).await??;
@@ -471,4 +468,21 @@ async fn components_die_when_the_standalone_command_is_killed() -> anyhow::Resul
     standalone.child.kill()?;
     standalone.child.wait()?;
     wait_until_dead(&children).await
+}
+
+#[tokio::test]
+async fn an_apiserver_that_cannot_start_is_reported_with_its_log() -> anyhow::Result<()> {
+    let options = Options {
+        apiserver_args: vec!["--no-such-flag=1".into()],
+        ..Options::default()
+    };
+    let Err(error) = ControlPlane::start_with(options).await else {
+        bail!("the apiserver started with an unknown flag");
+    };
+    let report = format!("{:#}", anyhow::Error::from(error));
+    ensure!(
+        report.contains("kube-apiserver exited") && report.contains("unknown flag: --no-such-flag"),
+        "{report}"
+    );
+    Ok(())
 }

@@ -24,6 +24,13 @@ struct Args {
     /// Readiness deadline per component, in seconds.
     #[arg(long, env = vmop_tests::controlplane::TIMEOUT_ENV, default_value_t = 120)]
     timeout: u64,
+    /// Extra kube-apiserver flag, e.g. `--apiserver-arg=--v=4` (repeatable).
+    #[arg(
+        long = "apiserver-arg",
+        value_name = "FLAG",
+        allow_hyphen_values = true
+    )]
+    apiserver_args: Vec<String>,
 }
 
 #[tokio::main]
@@ -32,6 +39,7 @@ async fn main() -> anyhow::Result<()> {
     let mut terminate = signal(SignalKind::terminate()).context("failed to watch SIGTERM")?;
     let options = Options {
         timeout: std::time::Duration::from_secs(args.timeout),
+        apiserver_args: args.apiserver_args,
     };
     let control_plane = ControlPlane::start_with(options)
         .await

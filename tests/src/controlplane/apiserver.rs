@@ -18,6 +18,7 @@ pub async fn start(
     pki: &Pki,
     etcd_url: &str,
     admin: &kube::Config,
+    extra_args: &[String],
     timeout: Duration,
 ) -> Result<Launched, LaunchError> {
     let cert_dir = dir.join(CERT_DIR);
@@ -32,7 +33,7 @@ pub async fn start(
         .launch(
             |ports| {
                 let port = ports.first().copied().unwrap_or_default();
-                args([
+                let own = [
                     format!("--etcd-servers={etcd_url}"),
                     format!("--cert-dir={}", cert_dir.display()),
                     format!("--tls-cert-file={}", pki.serving.cert.display()),
@@ -57,7 +58,8 @@ pub async fn start(
                         "--service-account-signing-key-file={}",
                         pki.service_account_key.display()
                     ),
-                ])
+                ];
+                args(own.into_iter().chain(extra_args.iter().cloned()))
             },
             |ports| {
                 let mut config = admin.clone();

@@ -69,6 +69,9 @@ pub enum ControlPlaneError {
 pub struct Options {
     /// Deadline for each component to become ready.
     pub timeout: Duration,
+    /// Extra kube-apiserver flags (`--name=value`), after the harness's own: a later
+    /// occurrence of a flag overrides an earlier one.
+    pub apiserver_args: Vec<String>,
 }
 
 impl Default for Options {
@@ -78,7 +81,10 @@ impl Default for Options {
             .ok()
             .and_then(|secs| secs.parse().ok())
             .map_or(DEFAULT_TIMEOUT, Duration::from_secs);
-        Self { timeout }
+        Self {
+            timeout,
+            apiserver_args: Vec::new(),
+        }
     }
 }
 
@@ -153,6 +159,7 @@ impl ControlPlane {
             &pki,
             &etcd.client_url,
             &admin_config,
+            &options.apiserver_args,
             timeout,
         )
         .await
@@ -300,6 +307,16 @@ impl ControlPlane {
                 .map(|p| p.log_path().to_path_buf()),
         );
         logs
+    }
+
+    /// An admin client and a fresh namespace for one test (see [`create_namespace`]).
+    pub async fn test_namespace(
+        &self,
+        prefix: &str,
+    ) -> Result<(kube::Client, String), ControlPlaneError> {
+        let client = self.client().await?;
+        let namespace = create_namespace(&client, prefix).await?;
+        Ok((client, namespace))
     }
 
     /// Process ids of the running components.
