@@ -15,23 +15,24 @@ mod controller_manager;
 mod etcd;
 mod kubeconfig;
 mod launch;
+mod namespaces;
 mod pki;
 mod ports;
 mod process;
 mod tempdir;
+mod users;
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, ObjectMeta, PostParams};
 use tempfile::TempDir;
 
 pub use binaries::{BIN_DIR_ENV, Binaries, BinariesError};
 pub use kubeconfig::{Credentials, KubeconfigError};
 pub use launch::LaunchError;
+pub use namespaces::create_namespace;
 pub use pki::PkiError;
 use process::Process;
 
@@ -262,39 +263,6 @@ impl ControlPlane {
         command
     }
 
-    /// Writes a kubeconfig for user `name` in `groups` (at most one group besides the
-    /// implicit `system:authenticated`), authenticated by a client certificate.
-    pub fn user_kubeconfig(
-        &self,
-        name: &str,
-        groups: &[&str],
-    ) -> Result<PathBuf, ControlPlaneError> {
-        let stem = self.user_file_stem(name);
-        let files = self
-            .pki
-            .client_cert(name, groups, &stem)
-            .map_err(ControlPlaneError::Pki)?;
-        let credentials = Credentials::ClientCert {
-            cert: &files.cert,
-            key: &files.key,
-        };
-        self.write_user_kubeconfig(&stem, name, credentials)
-    }
-
-    /// Writes a kubeconfig that authenticates with a bearer `token` (e.g. a ServiceAccount
-    /// token from the TokenRequest API); `name` only labels the kubeconfig entries.
-    pub fn token_kubeconfig(&self, name: &str, token: &str) -> Result<PathBuf, ControlPlaneError> {
-        let stem = self.user_file_stem(name);
-        self.write_user_kubeconfig(&stem, name, Credentials::Token(token))
-    }
-
-    /// A client for any kubeconfig, e.g. one from [`Self::user_kubeconfig`].
-    pub async fn client_for(kubeconfig: &Path) -> Result<kube::Client, ControlPlaneError> {
-        kubeconfig::client(kubeconfig)
-            .await
-            .map_err(ControlPlaneError::Kubeconfig)
-    }
-
     /// Log files of the running components, for diagnosing a failing test.
     pub fn logs(&self) -> Vec<PathBuf> {
         let mut logs = vec![
@@ -307,16 +275,6 @@ impl ControlPlane {
                 .map(|p| p.log_path().to_path_buf()),
         );
         logs
-    }
-
-    /// An admin client and a fresh namespace for one test (see [`create_namespace`]).
-    pub async fn test_namespace(
-        &self,
-        prefix: &str,
-    ) -> Result<(kube::Client, String), ControlPlaneError> {
-        let client = self.client().await?;
-        let namespace = create_namespace(&client, prefix).await?;
-        Ok((client, namespace))
     }
 
     /// Process ids of the running components.
@@ -334,80 +292,4 @@ impl ControlPlane {
         self.apiserver.kill();
         self.etcd.kill();
     }
-
-    fn user_file_stem(&self, name: &str) -> String {
-        let safe: String = name
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '-' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        format!("{safe}-{}", self.next_user.fetch_add(1, Ordering::Relaxed))
-    }
-
-    fn write_user_kubeconfig(
-        &self,
-        stem: &str,
-        name: &str,
-        credentials: Credentials<'_>,
-    ) -> Result<PathBuf, ControlPlaneError> {
-        let path = self.users_dir.join(format!("{stem}.kubeconfig"));
-        kubeconfig::write(
-            &path,
-            &self.server_url,
-            &self.pki.ca_cert,
-            name,
-            credentials,
-        )
-        .map_err(ControlPlaneError::Kubeconfig)?;
-        Ok(path)
-    }
-
-    /// Like envtest: the apiserver is usable once its bootstrap controller created `default`.
-    async fn wait_for_default_namespace(&self) -> Result<(), ControlPlaneError> {
-        let namespaces: Api<Namespace> = Api::all(self.client().await?);
-        let timeout = self.options.timeout;
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let last_error = match namespaces.get_opt("default").await {
-                Ok(Some(_)) => return Ok(()),
-                Ok(None) => "not found".to_owned(),
-                Err(error) => error.to_string(),
-            };
-            if tokio::time::Instant::now() >= deadline {
-                return Err(ControlPlaneError::DefaultNamespace {
-                    timeout,
-                    last_error,
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-}
-
-/// Creates a namespace named `<prefix>-<random suffix>` (the API server picks the suffix) and
-/// returns its name: one per test keeps tests sharing a control plane apart.
-pub async fn create_namespace(
-    client: &kube::Client,
-    prefix: &str,
-) -> Result<String, ControlPlaneError> {
-    let namespace = Namespace {
-        metadata: ObjectMeta {
-            generate_name: Some(format!("{prefix}-")),
-            ..ObjectMeta::default()
-        },
-        ..Namespace::default()
-    };
-    let created = Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &namespace)
-        .await
-        .map_err(ControlPlaneError::CreateNamespace)?;
-    created
-        .metadata
-        .name
-        .ok_or(ControlPlaneError::UnnamedNamespace)
 }
