@@ -340,14 +340,13 @@ impl Standalone {
             .stderr(std::fs::File::create(&stderr)?)
             .spawn()?;
         let stdout = child.stdout.take().context("no stdout pipe")?;
-        // The first line is the kubeconfig path, printed once ready; EOF if it failed.
-        let first_line = tokio::time::timeout(
+        // Two lines once ready: the kubeconfig path and an export line; EOF if it failed.
+        let (first_line, export_line) = tokio::time::timeout(
             DEADLINE,
             tokio::task::spawn_blocking(move || {
-                let mut line = String::new();
-                std::io::BufReader::new(stdout)
-                    .read_line(&mut line)
-                    .map(|_| line)
+                let mut lines = std::io::BufReader::new(stdout).lines();
+                let mut next = || lines.next().transpose().map(Option::unwrap_or_default);
+                Ok::<_, std::io::Error>((next()?, next()?))
             }),
         )
         .await
@@ -360,8 +359,9 @@ impl Standalone {
             _logs: logs,
         };
         ensure!(
-            started.kubeconfig.is_file(),
-            "the controlplane command printed {first_line:?}; stderr:\n{}",
+            started.kubeconfig.is_file()
+                && export_line == format!("export KUBECONFIG={}", started.kubeconfig.display()),
+            "the controlplane command printed {first_line:?}, {export_line:?}; stderr:\n{}",
             started.stderr()
         );
         Ok(started)

@@ -60,11 +60,19 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-#[allow(clippy::print_stdout)]
+/// Writes both lines at once. A closed stdout (the reader took the first line and left) is not
+/// a reason to stop the control plane, so a failed write is only reported.
 fn print_kubeconfig(control_plane: &ControlPlane) {
+    use std::io::Write as _;
     let kubeconfig = control_plane.kubeconfig().display();
-    println!("{kubeconfig}");
-    println!("export KUBECONFIG={kubeconfig}");
+    let text = format!("{kubeconfig}\nexport KUBECONFIG={kubeconfig}\n");
+    let mut stdout = std::io::stdout().lock();
+    if let Err(error) = stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        eprintln!("controlplane: cannot print the kubeconfig path to stdout: {error}");
+    }
 }
 
 #[cfg(test)]
