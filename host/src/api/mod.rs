@@ -13,3 +13,9 @@ pub const VM_FINALIZER: &str = "vmop.dev/cleanup";
 
 /// Field manager of every write the operator makes.
 pub const MANAGER: &str = "vmop";
+
+/// Declares a `u32` field as `format: int32`: schemars says `uint32`, which Kubernetes does not
+/// know and warns about. Every such field is bounded well below `i32::MAX`.
+pub(crate) fn int32(schema: &mut schemars::Schema) {
+    schema.insert("format".into(), "int32".into());
+}

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
     group = "vmop.dev",
     version = "v1alpha1",
     kind = "ProviderConfig",
-    shortname = "pc",
+    shortname = "vmpc",
     category = "vmop",
     status = "ProviderConfigStatus",
     derive = "PartialEq",
@@ -102,28 +102,28 @@ pub struct SecretRef {
 pub struct Limits {
     /// Wall-clock limit of one plugin call, in seconds.
     #[serde(default = "defaults::call_timeout_seconds")]
-    #[schemars(range(min = 1, max = 600))]
+    #[schemars(range(min = 1, max = 600), transform = super::int32)]
     pub call_timeout_seconds: u32,
 
     /// Memory limit of one plugin instance, in MiB.
     #[serde(default = "defaults::memory_mib", rename = "memoryMiB")]
-    #[schemars(range(min = 1, max = 4096))]
+    #[schemars(range(min = 1, max = 4096), transform = super::int32)]
     pub memory_mib: u32,
 
     /// Sustained rate of plugin calls per second, across all VirtualMachines using this
     /// ProviderConfig (token bucket refill rate).
     #[serde(default = "defaults::requests_per_second")]
-    #[schemars(range(min = 1, max = 10000))]
+    #[schemars(range(min = 1, max = 10000), transform = super::int32)]
     pub requests_per_second: u32,
 
     /// Calls that may be made at once above the sustained rate (token bucket size).
     #[serde(default = "defaults::burst")]
-    #[schemars(range(min = 1, max = 10000))]
+    #[schemars(range(min = 1, max = 10000), transform = super::int32)]
     pub burst: u32,
 
     /// Plugin calls in flight at the same time for this ProviderConfig.
     #[serde(default = "defaults::max_concurrent_calls")]
-    #[schemars(range(min = 1, max = 1024))]
+    #[schemars(range(min = 1, max = 1024), transform = super::int32)]
     pub max_concurrent_calls: u32,
 }
 
@@ -176,6 +176,7 @@ pub struct ProviderConfigStatus {
 
     /// Number of VirtualMachines referencing this ProviderConfig.
     #[serde(default)]
+    #[schemars(transform = super::int32)]
     pub vm_count: u32,
 }
 

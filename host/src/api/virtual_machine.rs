@@ -66,7 +66,7 @@ pub struct VirtualMachineSpec {
 
     /// Number of virtual CPUs, at least 1. The provider picks the smallest machine type with at
     /// least this many CPUs and this much memory. Immutable.
-    #[schemars(range(min = 1, max = 1024))]
+    #[schemars(range(min = 1, max = 1024), transform = super::int32)]
     #[x_kube(validation = Rule::new("self == oldSelf").message("cpu is immutable: the provider cannot resize an existing machine; create a new VirtualMachine instead"))]
     pub cpu: u32,
 

@@ -52,6 +52,11 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 64)]
     pub max_plugin_instances: u32,
 
+    /// Handle only ProviderConfigs with these labels (e.g. `vmop.dev/shard=a`), so that several
+    /// operators can share a cluster; VMs naming another ProviderConfig report it as not found.
+    #[arg(long, env = "VMOP_PROVIDER_CONFIG_SELECTOR")]
+    pub provider_config_selector: Option<String>,
+
     /// `reportingInstance` of the Events the operator writes (the pod name).
     #[arg(long, env = "POD_NAME")]
     pub instance: Option<String>,
@@ -97,6 +102,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = controller::Config {
         namespace: args.namespace,
         max_concurrent_reconciles: args.max_concurrent_reconciles,
+        provider_config_selector: args.provider_config_selector,
         instance: args.instance,
         options,
     };

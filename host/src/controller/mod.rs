@@ -49,6 +49,9 @@ pub struct Config {
     /// Reconciles running at once per controller; 0 means unbounded. The same object is never
     /// reconciled twice at once either way.
     pub max_concurrent_reconciles: u16,
+    /// Handle only ProviderConfigs matching this label selector (several operators in one
+    /// cluster each take their own); `None` handles all.
+    pub provider_config_selector: Option<String>,
     /// `reportingInstance` of Events (the pod name); `None` uses the host name.
     pub instance: Option<String>,
     pub options: Options,
@@ -93,9 +96,11 @@ pub async fn run(
         vms: vm_tx,
         configs: pc_tx,
     };
+    let pc_watch = provider_config_watch(&config);
     let fanout = tokio::spawn(watches::run(
         fanout,
         registry,
+        pc_watch.clone(),
         configs_writer,
         secrets_writer,
     ));
@@ -158,25 +163,29 @@ pub async fn run(
             log_outcome("VirtualMachine", result);
             future::ready(())
         });
-    let pcs = Controller::new(
-        Api::<ProviderConfig>::all(client),
-        watcher::Config::default(),
-    )
-    .reconcile_on(pc_rx)
-    .with_config(controller_config)
-    .graceful_shutdown_on(shutdown)
-    .run(
-        provider_config::reconcile,
-        error_policy::provider_config,
-        ctx.clone(),
-    )
-    .for_each(|result| {
-        log_outcome("ProviderConfig", result);
-        future::ready(())
-    });
+    let pcs = Controller::new(Api::<ProviderConfig>::all(client), pc_watch)
+        .reconcile_on(pc_rx)
+        .with_config(controller_config)
+        .graceful_shutdown_on(shutdown)
+        .run(
+            provider_config::reconcile,
+            error_policy::provider_config,
+            ctx.clone(),
+        )
+        .for_each(|result| {
+            log_outcome("ProviderConfig", result);
+            future::ready(())
+        });
     futures::join!(vms, pcs);
     fanout.abort();
     Ok(())
+}
+
+fn provider_config_watch(config: &Config) -> watcher::Config {
+    match &config.provider_config_selector {
+        Some(selector) => watcher::Config::default().labels(selector),
+        None => watcher::Config::default(),
+    }
 }
 
 fn log_outcome<K, E1: std::error::Error + 'static, E2: std::error::Error + 'static>(

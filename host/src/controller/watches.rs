@@ -170,6 +170,7 @@ impl Fanout {
 pub async fn run(
     fanout: Fanout,
     registry: PluginRegistry,
+    config_watch: watcher::Config,
     configs: Writer<ProviderConfig>,
     secrets: Writer<Secret>,
 ) {
@@ -177,23 +178,20 @@ pub async fn run(
     let namespace = fanout.ctx.options.operator_namespace.clone();
 
     let mut pc_changes = Changes::new(generation::<ProviderConfig>);
-    let pcs = watcher(
-        Api::<ProviderConfig>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .reflect(configs)
-    .for_each(|event| {
-        match event {
-            Ok(event) => {
-                for r in pc_changes.observe(&event) {
-                    fanout.provider_config_changed(&r.name);
+    let pcs = watcher(Api::<ProviderConfig>::all(client.clone()), config_watch)
+        .default_backoff()
+        .reflect(configs)
+        .for_each(|event| {
+            match event {
+                Ok(event) => {
+                    for r in pc_changes.observe(&event) {
+                        fanout.provider_config_changed(&r.name);
+                    }
                 }
+                Err(e) => tracing::warn!(error = %chain(&e), "ProviderConfig watch failed"),
             }
-            Err(e) => tracing::warn!(error = %chain(&e), "ProviderConfig watch failed"),
-        }
-        future::ready(())
-    });
+            future::ready(())
+        });
 
     let mut secret_changes = Changes::new(resource_version::<Secret>);
     let secret_watch = watcher(
