@@ -73,6 +73,7 @@ pub struct VirtualMachineSpec {
     /// Memory as a Kubernetes quantity, e.g. `4Gi`, `512Mi` or `1.5Gi`; at least `1Mi`.
     /// Decimal units are rounded up to whole MiB (`1G` is 954 MiB). Immutable.
     #[schemars(schema_with = "memory_schema")]
+    #[x_kube(validation = Rule::new("isQuantity(string(self)) && quantity(string(self)).compareTo(quantity('1Mi')) >= 0").message("memory must be a Kubernetes quantity of at least 1Mi, e.g. 4Gi, 512Mi or 1.5Gi"))]
     #[x_kube(validation = Rule::new("self == oldSelf").message("memory is immutable: the provider cannot resize an existing machine; create a new VirtualMachine instead"))]
     pub memory: Quantity,
 
@@ -200,12 +201,12 @@ impl VmPhase {
     }
 }
 
-/// A positive `resource.Quantity`: integer or string, matching the quantity grammar without its
-/// negative sign. (controller-gen adds `anyOf: [integer, string]`, which kube's structural
-/// rewrite would empty; `x-kubernetes-int-or-string` alone says the same.)
+/// A `resource.Quantity`: integer or string. Validity and the 1Mi minimum are a CEL rule
+/// (Kubernetes' own quantity parser), which gives a clearer message than a pattern. (controller-gen
+/// adds `anyOf: [integer, string]`, which kube's structural rewrite would empty;
+/// `x-kubernetes-int-or-string` alone says the same.)
 fn memory_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
-        "pattern": r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$",
         "x-kubernetes-int-or-string": true,
     })
 }
