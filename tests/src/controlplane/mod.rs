@@ -10,6 +10,7 @@
 //! non-shared control plane kills them when dropped.
 
 mod apiserver;
+mod at_exit;
 mod binaries;
 mod controller_manager;
 mod etcd;
@@ -89,6 +90,17 @@ impl Default for Options {
     }
 }
 
+static SHARED: tokio::sync::OnceCell<ControlPlane> = tokio::sync::OnceCell::const_new();
+
+/// Runs at process exit, so it must not panic: nothing here does.
+extern "C" fn stop_shared() {
+    if let Some(control_plane) = SHARED.get() {
+        control_plane.kill();
+        // Best effort: a failure only leaves the directory for the next start to remove.
+        let _ = std::fs::remove_dir_all(control_plane.dir());
+    }
+}
+
 /// A running etcd + kube-apiserver (+ optional kube-controller-manager).
 ///
 /// Fields drop in declaration order: processes are killed before their directory is removed.
@@ -109,10 +121,17 @@ pub struct ControlPlane {
 
 impl ControlPlane {
     /// The control plane shared by every test of this binary, started on first use. It runs
-    /// until the test binary exits.
+    /// until the test binary exits; an `atexit` handler then stops it and removes its
+    /// directory (if the binary is killed instead, the components die with it and the next
+    /// start removes the directory).
     pub async fn shared() -> Result<&'static Self, ControlPlaneError> {
-        static SHARED: tokio::sync::OnceCell<ControlPlane> = tokio::sync::OnceCell::const_new();
-        SHARED.get_or_try_init(Self::start).await
+        SHARED
+            .get_or_try_init(|| async {
+                let control_plane = Self::start().await?;
+                at_exit::register(stop_shared);
+                Ok(control_plane)
+            })
+            .await
     }
 
     /// Starts a control plane owned by the caller; dropping it stops it and removes its files.
