@@ -81,9 +81,9 @@ async fn rendered_helm_chart_passes_server_side_dry_run() -> anyhow::Result<()> 
     ];
     for (what, namespace, args) in renders {
         let rendered = documents(&helm_template(namespace, &args).await?)?;
-        let mut dry_run = DRY_RUN.to_vec();
-        dry_run.push("-");
-        let output = kubectl(control_plane, &dry_run, Some(stream(&rendered))).await?;
+        let mut args = DRY_RUN.to_vec();
+        args.push("-");
+        let output = kubectl(control_plane, &args, Some(stream(&rendered))).await?;
         dry_run_accepted(&output, rendered.len(), &format!("chart ({what})"))?;
     }
     Ok(())
@@ -317,7 +317,7 @@ async fn service_account_holds_only_what_the_operator_needs() -> anyhow::Result<
     let own = ["--namespace", OPERATOR_NAMESPACE];
     let elsewhere = ["--namespace", other.as_str()];
     let status = ["--subresource=status", "--all-namespaces"];
-    let allowed: [(&str, &str, &[&str]); 16] = [
+    let allowed: [(&str, &str, &[&str]); 15] = [
         ("watch", "virtualmachines.vmop.dev", &all),
         ("patch", "virtualmachines.vmop.dev", &elsewhere),
         ("patch", "virtualmachines.vmop.dev", &status),
@@ -336,14 +336,13 @@ async fn service_account_holds_only_what_the_operator_needs() -> anyhow::Result<
         ("create", "events.events.k8s.io", &elsewhere),
         ("patch", "events", &elsewhere),
         ("create", "configmaps", &elsewhere),
-        ("delete", "configmaps", &elsewhere),
         ("watch", "configmaps", &all),
         ("get", "secrets", &own),
         ("watch", "secrets", &own),
         ("create", "leases.coordination.k8s.io", &own),
         ("update", "leases.coordination.k8s.io", &own),
     ];
-    let denied: [(&str, &str, &[&str]); 17] = [
+    let denied: [(&str, &str, &[&str]); 18] = [
         ("get", "secrets", &elsewhere),
         ("list", "secrets", &all),
         ("create", "secrets", &own),
@@ -364,6 +363,7 @@ async fn service_account_holds_only_what_the_operator_needs() -> anyhow::Result<
         ("update", "providerconfigs.vmop.dev", &[]),
         ("create", "leases.coordination.k8s.io", &elsewhere),
         ("list", "namespaces", &[]),
+        ("delete", "configmaps", &elsewhere),
         ("*", "*", &all),
     ];
     let mut wrong = Vec::new();

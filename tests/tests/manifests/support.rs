@@ -296,7 +296,7 @@ pub fn in_namespace(mut object: Value, namespace: &str) -> Value {
     object
 }
 
-/// Dry-runs `object`; `Err` carries the command's output when the API server refused it.
+/// Server-side dry-run of `object` by kubectl; its output, whether accepted or refused.
 pub async fn dry_run(control_plane: &ControlPlane, object: &Value) -> anyhow::Result<Output> {
     let mut args = DRY_RUN.to_vec();
     args.push("-");
