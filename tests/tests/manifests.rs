@@ -147,6 +147,23 @@ async fn helm_chart_knobs_reach_the_deployment() -> anyhow::Result<()> {
 }
 
 #[tokio::test]
+async fn helm_chart_refuses_unknown_modes() -> anyhow::Result<()> {
+    for (value, message) in [
+        (
+            "plugins.mode=volume",
+            "plugins.mode must be image or initContainer",
+        ),
+        ("logFormat=xml", "logFormat must be json or text"),
+    ] {
+        match helm_template(OPERATOR_NAMESPACE, &["--set", value]).await {
+            Err(error) if format!("{error:#}").contains(message) => {}
+            other => bail!("{value} was not refused with {message:?}: {other:?}"),
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test]
 async fn helm_chart_renders_the_same_objects_as_deploy() -> anyhow::Result<()> {
     let chart =
         documents(&helm_template(OPERATOR_NAMESPACE, &["--set", "namespace.create=true"]).await?)?;
