@@ -334,7 +334,7 @@ async fn service_account_holds_only_what_the_operator_needs() -> anyhow::Result<
     let own = ["--namespace", OPERATOR_NAMESPACE];
     let elsewhere = ["--namespace", other.as_str()];
     let status = ["--subresource=status", "--all-namespaces"];
-    let allowed: [(&str, &str, &[&str]); 15] = [
+    let allowed: [(&str, &str, &[&str]); 16] = [
         ("watch", "virtualmachines.vmop.dev", &all),
         ("patch", "virtualmachines.vmop.dev", &elsewhere),
         ("patch", "virtualmachines.vmop.dev", &status),
@@ -355,6 +355,7 @@ async fn service_account_holds_only_what_the_operator_needs() -> anyhow::Result<
         ("create", "configmaps", &elsewhere),
         ("watch", "configmaps", &all),
         ("get", "secrets", &own),
+        ("list", "secrets", &own),
         ("watch", "secrets", &own),
         ("create", "leases.coordination.k8s.io", &own),
         ("update", "leases.coordination.k8s.io", &own),
