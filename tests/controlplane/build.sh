@@ -14,8 +14,8 @@ command -v go >/dev/null 2>&1 || {
   exit 1
 }
 
-k8s_version=$(awk '$1 == "k8s.io/kubernetes" { print $2; exit }' "$here/go.mod")
-etcd_version=$(awk '$1 == "go.etcd.io/etcd/server/v3" { print $2; exit }' "$here/go.mod")
+k8s_version=$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ { print $2; exit }' "$here/go.mod")
+etcd_version=$(awk '$1 == "go.etcd.io/etcd/server/v3" && $2 ~ /^v/ { print $2; exit }' "$here/go.mod")
 # Bump when the build recipe (flags, tool list) changes so a stale cache is not reused.
 recipe=1
 key=$( (cat "$here/go.mod" "$here/go.sum"; echo "recipe=$recipe") | sha256sum | cut -c1-16)
