@@ -4,6 +4,7 @@
 #   - the wasm32-wasip2 Rust target (and rustfmt/clippy);
 #   - etcd, kube-apiserver, kube-controller-manager, kubectl built from Go modules
 #     (tests/controlplane/build.sh; cached outside the repo, keyed on the pins);
+#   - helm (tests/helm/build.sh, same pattern), to render the chart in the manifest tests;
 #   - moto's EC2-compatible server in a Python venv outside the repo, keyed on its version.
 # Progress goes to stderr; stdout carries only the export lines.
 set -euo pipefail
@@ -30,6 +31,7 @@ for component in rustfmt clippy; do
 done
 
 controlplane_bin=$("$top/tests/controlplane/build.sh" | tail -n 1)
+helm_bin=$("$top/tests/helm/build.sh" | tail -n 1)
 
 venv="$cache/moto-$moto_version"
 # The stamp is written last, so an interrupted install is redone rather than trusted.
@@ -44,5 +46,6 @@ else
 fi
 
 printf 'export VMOP_CONTROLPLANE_BIN=%q\n' "$controlplane_bin"
+printf 'export VMOP_HELM=%q\n' "$helm_bin"
 printf 'export VMOP_MOTO_SERVER=%q\n' "$venv/bin/moto_server"
 printf 'export PATH=%q:"$PATH"\n' "$controlplane_bin"
