@@ -4,4 +4,5 @@
 
 pub mod controlplane;
 pub mod moto;
+pub mod operator;
 pub mod wasm;

@@ -83,7 +83,7 @@ async fn converge(
     let previous_phase = status.phase;
     let seen = match status.id.clone() {
         None => create(vm, api, ctx, &provider, &spec, status).await?,
-        Some(id) => match get(&provider, &id).await? {
+        Some(id) => match get(vm, &provider, &id).await? {
             Some(seen) => seen,
             None => {
                 ctx.events
@@ -210,8 +210,8 @@ async fn remove_external(
         Some(id) => id,
         None => call_create(&provider, &vm_spec(vm)?).await?.id,
     };
-    call_delete(&provider, &id).await?;
-    match get(&provider, &id).await? {
+    call_delete(vm, &provider, &id).await?;
+    match get(vm, &provider, &id).await? {
         None => {
             ctx.events
                 .normal(
@@ -328,27 +328,42 @@ fn vm_spec(vm: &VirtualMachine) -> Result<VmSpec, Error> {
 async fn call_create(provider: &Provider, spec: &VmSpec) -> Result<VmStatus, Error> {
     let _permit = provider.permit().await;
     let result = provider.plugin.create(&provider.call, spec).await;
-    traced(provider, Operation::Create, result)
+    let subject = format!("{}/{}", spec.namespace, spec.name);
+    traced(provider, &subject, Operation::Create, result)
 }
 
-async fn get(provider: &Provider, id: &str) -> Result<Option<VmStatus>, Error> {
+async fn get(
+    vm: &VirtualMachine,
+    provider: &Provider,
+    id: &str,
+) -> Result<Option<VmStatus>, Error> {
     let _permit = provider.permit().await;
     let result = provider.plugin.get(&provider.call, id).await;
-    traced(provider, Operation::Get, result)
+    traced(provider, &subject(vm), Operation::Get, result)
 }
 
-async fn call_delete(provider: &Provider, id: &str) -> Result<(), Error> {
+async fn call_delete(vm: &VirtualMachine, provider: &Provider, id: &str) -> Result<(), Error> {
     let _permit = provider.permit().await;
     let result = provider.plugin.delete(&provider.call, id).await;
-    traced(provider, Operation::Delete, result)
+    traced(provider, &subject(vm), Operation::Delete, result)
+}
+
+fn subject(vm: &VirtualMachine) -> String {
+    format!("{}/{}", vm.namespace().unwrap_or_default(), vm.name_any())
 }
 
 /// One debug line per plugin call (target `vmop::provider_call`), so calls can be counted.
-fn traced<T>(provider: &Provider, op: Operation, result: Result<T, CallError>) -> Result<T, Error> {
+fn traced<T>(
+    provider: &Provider,
+    vm: &str,
+    op: Operation,
+    result: Result<T, CallError>,
+) -> Result<T, Error> {
     match &result {
         Ok(_) => tracing::debug!(
             target: "vmop::provider_call",
             provider = %provider.name,
+            vm,
             op = op.as_str(),
             outcome = "ok",
             "provider call"
@@ -356,6 +371,7 @@ fn traced<T>(provider: &Provider, op: Operation, result: Result<T, CallError>) -
         Err(e) => tracing::debug!(
             target: "vmop::provider_call",
             provider = %provider.name,
+            vm,
             op = op.as_str(),
             outcome = e.class().reason(),
             "provider call"

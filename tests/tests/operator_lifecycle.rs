@@ -1,0 +1,160 @@
+//! The operator end to end: ProviderConfig + Secret + VirtualMachine → a real instance in moto
+//! through the real EC2 plugin → Ready; `kubectl get` columns; deletion terminates the instance.
+
+use std::path::Path;
+
+use anyhow::{Context as _, ensure};
+use kube::api::DeleteParams;
+use kube::{Api, ResourceExt};
+use vmop::api::{ConnectionConfigMap, DeletionPolicy, ProviderConfig, VmPhase};
+use vmop_tests::operator::{Env, wait_for};
+
+fn operator_bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_vmop-operator"))
+}
+
+#[tokio::test]
+async fn vm_becomes_ready_shows_columns_and_deletion_terminates_the_instance() -> anyhow::Result<()>
+{
+    let env = Env::new("lifecycle").await?;
+    let provider = env.standard_provider("aws").await?;
+    let _operator = env.operator().start(operator_bin())?;
+
+    let mut vm = env.vm("web", &provider);
+    vm.spec.connection_config_map = Some(ConnectionConfigMap {
+        name: "web-connection".into(),
+    });
+    let created = env.create_vm(&vm).await?;
+    let uid = created.uid().context("created VM without uid")?;
+
+    let ready = env.wait_ready("web").await?;
+    let status = ready.status.clone().context("Ready VM without status")?;
+    let id = status.id.context("Ready VM without status.id")?;
+    ensure!(
+        status.phase == Some(VmPhase::Running),
+        "phase {:?}",
+        status.phase
+    );
+    ensure!(
+        env.moto.instance_state(&id)?.as_deref() == Some("running"),
+        "moto does not have {id} running"
+    );
+    ensure!(
+        env.live_instances(&uid)? == vec![id.clone()],
+        "moto's instances for uid {uid}: {:?}",
+        env.live_instances(&uid)?
+    );
+    ensure!(
+        ready
+            .finalizers()
+            .iter()
+            .any(|f| f == vmop::api::VM_FINALIZER),
+        "no finalizer on {:?}",
+        ready.finalizers()
+    );
+
+    // `kubectl get vm` shows the printer columns with the observed values.
+    let output = env
+        .control_plane
+        .kubectl_command()
+        .args(["get", "vm", "web", "-n", &env.namespace])
+        .output()?;
+    let table = String::from_utf8_lossy(&output.stdout);
+    ensure!(
+        output.status.success(),
+        "kubectl failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let mut lines = table.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    ensure!(
+        header == ["NAME", "PHASE", "ID", "PROVIDER", "AGE"],
+        "kubectl header: {header:?}"
+    );
+    let row: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    ensure!(
+        row.get(..4) == Some(&["web", "Running", id.as_str(), provider.as_str()][..]),
+        "kubectl row: {row:?}"
+    );
+
+    // The ProviderConfig reports its plugin and its one VM.
+    let pcs: Api<ProviderConfig> = env.provider_configs();
+    let pc = wait_for(pcs, &provider, "counting one VM", |pc| {
+        pc.and_then(|pc| pc.status.as_ref())
+            .is_some_and(|s| s.vm_count == 1)
+    })
+    .await?
+    .context("ProviderConfig vanished")?;
+    let pc_status = pc.status.context("no ProviderConfig status")?;
+    let plugin = pc_status
+        .plugin
+        .context("no plugin in ProviderConfig status")?;
+    ensure!(
+        plugin.name == "ec2" && plugin.digest.len() == 64,
+        "plugin status {plugin:?}"
+    );
+
+    // The connection ConfigMap publishes the id.
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(env.client.clone(), &env.namespace);
+    let cm = wait_for(cms, "web-connection", "holding the id", |cm| {
+        cm.and_then(|cm| cm.data.as_ref()).and_then(|d| d.get("id")) == Some(&id)
+    })
+    .await?
+    .context("ConfigMap vanished")?;
+    ensure!(
+        cm.owner_references()
+            .iter()
+            .any(|r| r.controller == Some(true) && r.uid == uid),
+        "ConfigMap not controlled by the VM: {:?}",
+        cm.owner_references()
+    );
+
+    env.vms().delete("web", &DeleteParams::default()).await?;
+    env.wait_gone("web").await?;
+    let state = env.moto.instance_state(&id)?;
+    ensure!(
+        state.as_deref() == Some("terminated"),
+        "instance {id} is {state:?} after deletion"
+    );
+    ensure!(
+        env.live_instances(&uid)?.is_empty(),
+        "live instances remain for {uid}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn orphan_policy_leaves_the_instance_running() -> anyhow::Result<()> {
+    let env = Env::new("orphan").await?;
+    let provider = env.standard_provider("aws").await?;
+    let _operator = env.operator().start(operator_bin())?;
+
+    let mut vm = env.vm("keep", &provider);
+    vm.spec.deletion_policy = DeletionPolicy::Orphan;
+    env.create_vm(&vm).await?;
+    let ready = env.wait_ready("keep").await?;
+    let id = ready.status.and_then(|s| s.id).context("no id")?;
+
+    env.vms().delete("keep", &DeleteParams::default()).await?;
+    env.wait_gone("keep").await?;
+    let state = env.moto.instance_state(&id)?;
+    ensure!(
+        state.as_deref() == Some("running"),
+        "orphaned instance {id} is {state:?}"
+    );
+    let events = env.vm_events("keep").await?;
+    ensure!(
+        events.iter().any(|(reason, _)| reason == "Orphaned"),
+        "events: {events:?}"
+    );
+    Ok(())
+}
