@@ -1,0 +1,59 @@
+//! Drift: an instance terminated behind the operator's back is noticed at the next periodic
+//! check and recreated, with an `ExternalVMLost` Event.
+
+use std::path::Path;
+
+use anyhow::{Context as _, ensure};
+use kube::ResourceExt;
+use vmop_tests::operator::Env;
+
+fn operator_bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_vmop-operator"))
+}
+
+#[tokio::test]
+async fn terminated_instance_is_recreated_with_an_event() -> anyhow::Result<()> {
+    let env = Env::new("drift").await?;
+    let provider = env.standard_provider("aws").await?;
+    let _operator = env
+        .operator()
+        .args_from(["--resync-period", "2s"])
+        .start(operator_bin())?;
+    let created = env.create_vm(&env.vm("drifty", &provider)).await?;
+    let uid = created.uid().context("no uid")?;
+    let first = env
+        .wait_ready("drifty")
+        .await?
+        .status
+        .and_then(|s| s.id)
+        .context("Ready without id")?;
+
+    env.moto
+        .ec2("TerminateInstances", &[("InstanceId.1", &first)])?;
+
+    let replaced = env
+        .wait_vm("drifty", "Ready on a new instance", |vm| {
+            vm.and_then(|vm| vm.status.as_ref()).is_some_and(|s| {
+                s.id.as_deref().is_some_and(|id| id != first)
+                    && s.conditions
+                        .iter()
+                        .any(|c| c.type_ == "Ready" && c.status == "True")
+            })
+        })
+        .await?
+        .context("VM vanished")?;
+    let second = replaced.status.and_then(|s| s.id).context("no id")?;
+    ensure!(
+        env.live_instances(&uid)? == vec![second.clone()],
+        "live instances for {uid}: {:?}",
+        env.live_instances(&uid)?
+    );
+    let events = env.vm_events("drifty").await?;
+    ensure!(
+        events
+            .iter()
+            .any(|(reason, note)| reason == "ExternalVMLost" && note.contains(&first)),
+        "no ExternalVMLost event naming {first}: {events:?}"
+    );
+    Ok(())
+}
