@@ -1,0 +1,180 @@
+//! `vmop run` as a child process: started with its JSON log in a file, killed when dropped or
+//! when the test process dies, and its plugin calls counted from the log.
+
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+
+use super::DEADLINE;
+
+/// How to start an [`Operator`].
+#[derive(Debug, Clone)]
+pub struct OperatorArgs {
+    pub kubeconfig: PathBuf,
+    pub plugin_dir: PathBuf,
+    /// Watched namespace and operator namespace.
+    pub namespace: String,
+    pub selector: String,
+    /// Extra `vmop run` flags.
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+}
+
+impl OperatorArgs {
+    pub fn arg(mut self, arg: impl Into<String>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    pub fn args_from<I: IntoIterator<Item = S>, S: Into<String>>(mut self, args: I) -> Self {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Starts `vmop run` from `bin` (`env!("CARGO_BIN_EXE_vmop-operator")` in a test).
+    pub fn start(&self, bin: &Path) -> anyhow::Result<Operator> {
+        let log_dir = tempfile::tempdir()?;
+        let log_path = log_dir.path().join("operator.log");
+        let log = std::fs::File::create(&log_path)?;
+        let mut command = tokio::process::Command::new(bin);
+        command
+            .args(["--log-format", "json", "run"])
+            .arg("--plugin-dir")
+            .arg(&self.plugin_dir)
+            .args(["--namespace", &self.namespace])
+            .args(["--operator-namespace", &self.namespace])
+            .args(["--provider-config-selector", &self.selector])
+            .args(&self.args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("RUST_LOG", "info,vmop::provider_call=debug")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true);
+        die_with_parent(&mut command);
+        let child = command
+            .spawn()
+            .with_context(|| format!("failed to start {}", bin.display()))?;
+        Ok(Operator {
+            child,
+            log_path,
+            _log_dir: log_dir,
+        })
+    }
+}
+
+#[allow(unsafe_code)]
+fn die_with_parent(command: &mut tokio::process::Command) {
+    // SAFETY: the closure runs between fork and exec and only calls the async-signal-safe
+    // `prctl`; it allocates only on the error path, where the child is discarded.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// `vmop run` as a child process; killed when dropped.
+#[derive(Debug)]
+pub struct Operator {
+    child: tokio::process::Child,
+    log_path: PathBuf,
+    _log_dir: tempfile::TempDir,
+}
+
+/// One plugin call the operator logged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderCall {
+    pub provider: String,
+    pub vm: String,
+    pub op: String,
+    pub outcome: String,
+}
+
+impl Operator {
+    /// Waits for the process to exit by itself.
+    pub async fn wait_exit(&mut self) -> anyhow::Result<ExitStatus> {
+        match tokio::time::timeout(DEADLINE, self.child.wait()).await {
+            Ok(status) => Ok(status?),
+            Err(_) => bail!(
+                "the operator did not exit within {DEADLINE:?}; log:\n{}",
+                self.log()
+            ),
+        }
+    }
+
+    /// Kills the process and waits for it.
+    pub async fn kill(&mut self) -> anyhow::Result<()> {
+        self.child.kill().await?;
+        Ok(())
+    }
+
+    /// Everything the operator logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// The plugin calls logged so far (`vmop::provider_call` debug lines).
+    pub fn provider_calls(&self) -> Vec<ProviderCall> {
+        self.log()
+            .lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .filter(|v| v.get("target").and_then(|t| t.as_str()) == Some("vmop::provider_call"))
+            .filter_map(|v| {
+                let fields = v.get("fields")?;
+                let field = |k: &str| {
+                    fields
+                        .get(k)
+                        .and_then(|x| x.as_str())
+                        .unwrap_or_default()
+                        .to_owned()
+                };
+                Some(ProviderCall {
+                    provider: field("provider"),
+                    vm: field("vm"),
+                    op: field("op"),
+                    outcome: field("outcome"),
+                })
+            })
+            .collect()
+    }
+
+    /// Plugin calls made for VM `name` (in the test namespace).
+    pub fn calls_for(&self, name: &str) -> Vec<ProviderCall> {
+        self.provider_calls()
+            .into_iter()
+            .filter(|c| c.vm.rsplit('/').next() == Some(name))
+            .collect()
+    }
+
+    /// Waits until `condition` holds for the logged plugin calls, polling the log file.
+    pub async fn wait_calls(
+        &self,
+        what: &str,
+        condition: impl Fn(&[ProviderCall]) -> bool,
+    ) -> anyhow::Result<Vec<ProviderCall>> {
+        let deadline = tokio::time::Instant::now() + DEADLINE;
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        loop {
+            tick.tick().await;
+            let calls = self.provider_calls();
+            if condition(&calls) {
+                return Ok(calls);
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!("the operator's plugin calls never satisfied: {what}; calls: {calls:#?}");
+            }
+        }
+    }
+}
