@@ -41,6 +41,9 @@ use limiter::Limiters;
 use provider::Resolver;
 use watches::Fanout;
 
+/// Trailing debounce of ProviderConfig reconciles.
+const PROVIDER_CONFIG_DEBOUNCE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// How to run the controllers.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -165,7 +168,8 @@ pub async fn run(
         });
     let pcs = Controller::new(Api::<ProviderConfig>::all(client), pc_watch)
         .reconcile_on(pc_rx)
-        .with_config(controller_config)
+        // `vmCount` follows VM creations and deletions: batch bursts of them into one write.
+        .with_config(controller_config.debounce(PROVIDER_CONFIG_DEBOUNCE))
         .graceful_shutdown_on(shutdown)
         .run(
             provider_config::reconcile,

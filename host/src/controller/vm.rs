@@ -34,7 +34,7 @@ use super::connection;
 use super::context::Context;
 use super::error::Error;
 use super::provider::Provider;
-use super::vm_status;
+use super::vm_status::{self, Writer};
 use crate::api::quantity::to_mib;
 use crate::api::{DeletionPolicy, VM_FINALIZER, VirtualMachine, VirtualMachineStatus, VmPhase};
 use crate::plugin::{CallError, ErrorClass, Operation, Phase, VmSpec, VmStatus};
@@ -62,10 +62,11 @@ async fn apply(
     ctx: &Context,
 ) -> Result<Action, Error> {
     let mut status = vm_status::current(vm);
-    match converge(vm, api, ctx, &mut status).await {
+    let mut writer = Writer::new(api, vm);
+    match converge(vm, &mut writer, ctx, &mut status).await {
         Ok(action) => Ok(action),
         Err(error) => {
-            report(vm, api, ctx, &mut status, &error, "").await;
+            report(vm, &mut writer, ctx, &mut status, &error, "").await;
             Err(error)
         }
     }
@@ -74,7 +75,7 @@ async fn apply(
 /// Makes the external machine match the VM, and the status match the machine.
 async fn converge(
     vm: &VirtualMachine,
-    api: &Api<VirtualMachine>,
+    writer: &mut Writer<'_>,
     ctx: &Context,
     status: &mut VirtualMachineStatus,
 ) -> Result<Action, Error> {
@@ -82,7 +83,7 @@ async fn converge(
     let spec = vm_spec(vm)?;
     let previous_phase = status.phase;
     let seen = match status.id.clone() {
-        None => create(vm, api, ctx, &provider, &spec, status).await?,
+        None => create(vm, writer, ctx, &provider, &spec, status).await?,
         Some(id) => match get(vm, &provider, &id).await? {
             Some(seen) => seen,
             None => {
@@ -95,12 +96,12 @@ async fn converge(
                     )
                     .await;
                 status.id = None;
-                create(vm, api, ctx, &provider, &spec, status).await?
+                create(vm, writer, ctx, &provider, &spec, status).await?
             }
         },
     };
     vm_status::observed(status, vm, &seen);
-    vm_status::write(api, vm, status).await?;
+    writer.write(status).await?;
     phase_events(vm, ctx, previous_phase, &seen).await;
     connection::ensure(&ctx.client, vm, status).await?;
     Ok(next_check(seen.phase, ctx))
@@ -109,7 +110,7 @@ async fn converge(
 /// Creates (or, idempotently, finds) the machine and records it in the status at once.
 async fn create(
     vm: &VirtualMachine,
-    api: &Api<VirtualMachine>,
+    writer: &mut Writer<'_>,
     ctx: &Context,
     provider: &Provider,
     spec: &VmSpec,
@@ -118,7 +119,7 @@ async fn create(
     if !status.create_pending {
         status.create_pending = true;
         vm_status::not_ready(status, vm, "Creating", "creating the external machine");
-        vm_status::write(api, vm, status).await?;
+        writer.write(status).await?;
     }
     let seen = match call_create(provider, spec).await {
         Ok(seen) => seen,
@@ -136,7 +137,7 @@ async fn create(
         std::process::exit(EXIT_AFTER_CREATE_CODE);
     }
     vm_status::observed(status, vm, &seen);
-    vm_status::write(api, vm, status).await?;
+    writer.write(status).await?;
     ctx.events
         .normal(
             vm,
@@ -168,13 +169,14 @@ async fn cleanup(
     ctx: &Context,
 ) -> Result<Action, Error> {
     let mut status = vm_status::current(vm);
-    match remove_external(vm, api, ctx, &mut status).await {
+    let mut writer = Writer::new(api, vm);
+    match remove_external(vm, &mut writer, ctx, &mut status).await {
         Ok(action) => Ok(action),
         Err(error @ Error::DeletionPending { .. }) => Err(error),
         Err(error) => {
             report(
                 vm,
-                api,
+                &mut writer,
                 ctx,
                 &mut status,
                 &error,
@@ -189,7 +191,7 @@ async fn cleanup(
 /// Deletes the external machine (unless orphaned) and confirms it is gone.
 async fn remove_external(
     vm: &VirtualMachine,
-    api: &Api<VirtualMachine>,
+    writer: &mut Writer<'_>,
     ctx: &Context,
     status: &mut VirtualMachineStatus,
 ) -> Result<Action, Error> {
@@ -233,7 +235,7 @@ async fn remove_external(
                 "Deleting",
                 "waiting for the provider to delete the machine",
             );
-            vm_status::write(api, vm, status).await?;
+            writer.write(status).await?;
             Err(Error::DeletionPending { id })
         }
     }
@@ -243,7 +245,7 @@ async fn remove_external(
 /// original error is what the error policy acts on.
 async fn report(
     vm: &VirtualMachine,
-    api: &Api<VirtualMachine>,
+    writer: &mut Writer<'_>,
     ctx: &Context,
     status: &mut VirtualMachineStatus,
     error: &Error,
@@ -251,7 +253,7 @@ async fn report(
 ) {
     let message = format!("{prefix}{}", chain(error));
     vm_status::failed(status, vm, error.reason(), message.clone());
-    if let Err(e) = vm_status::write(api, vm, status).await {
+    if let Err(e) = writer.write(status).await {
         tracing::warn!(vm = %vm.name_any(), error = %chain(&e), "failed to record a failure in status");
     }
     ctx.events

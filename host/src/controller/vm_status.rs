@@ -106,28 +106,45 @@ pub fn not_ready(
     );
 }
 
-/// Writes `status` unless it says what `vm.status` already says. Returns whether it wrote.
-pub async fn write(
-    api: &Api<VirtualMachine>,
-    vm: &VirtualMachine,
-    status: &VirtualMachineStatus,
-) -> Result<bool, Error> {
-    if vm.status.as_ref().is_some_and(|old| same(old, status)) {
-        return Ok(false);
+/// Writes one VM's status, remembering what it last wrote so that a write that would change
+/// nothing (compared with the object as read, then with each write since) is not sent.
+#[derive(Debug)]
+pub struct Writer<'a> {
+    api: &'a Api<VirtualMachine>,
+    name: String,
+    written: Option<VirtualMachineStatus>,
+}
+
+impl<'a> Writer<'a> {
+    pub fn new(api: &'a Api<VirtualMachine>, vm: &VirtualMachine) -> Self {
+        Writer {
+            api,
+            name: vm.name_any(),
+            written: vm.status.clone(),
+        }
     }
-    let patch = serde_json::json!({
-        "apiVersion": VirtualMachine::api_version(&()),
-        "kind": VirtualMachine::kind(&()),
-        "status": status,
-    });
-    api.patch_status(
-        &vm.name_any(),
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .map_err(Error::kube("write the VirtualMachine status"))?;
-    Ok(true)
+
+    /// Writes `status` unless it says what was last read or written. Returns whether it wrote.
+    pub async fn write(&mut self, status: &VirtualMachineStatus) -> Result<bool, Error> {
+        if self.written.as_ref().is_some_and(|old| same(old, status)) {
+            return Ok(false);
+        }
+        let patch = serde_json::json!({
+            "apiVersion": VirtualMachine::api_version(&()),
+            "kind": VirtualMachine::kind(&()),
+            "status": status,
+        });
+        self.api
+            .patch_status(
+                &self.name,
+                &PatchParams::apply(MANAGER).force(),
+                &Patch::Apply(&patch),
+            )
+            .await
+            .map_err(Error::kube("write the VirtualMachine status"))?;
+        self.written = Some(status.clone());
+        Ok(true)
+    }
 }
 
 /// Equal apart from condition transition times.
