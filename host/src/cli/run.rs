@@ -1,13 +1,20 @@
 //! `vmop run`: the operator, against the cluster in `KUBECONFIG` (or `~/.kube/config`) or the
 //! in-cluster service account.
 
+use std::future::Future;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use futures::FutureExt;
 
 use crate::controller::{self, Options};
+use crate::leader::{LeaderElector, LeaseConfig, default_identity};
 use crate::plugin::{CallLimits, EngineConfig, PluginEngine, PluginRegistry, RegistryConfig};
+use crate::telemetry::health::Readiness;
+use crate::telemetry::metrics::Metrics;
+use crate::telemetry::server::{self, ServerState};
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
@@ -61,6 +68,19 @@ pub struct RunArgs {
     #[arg(long, env = "POD_NAME")]
     pub instance: Option<String>,
 
+    /// Where `/metrics`, `/healthz` and `/readyz` are served (port 0: any free port).
+    #[arg(long, env = "VMOP_METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    pub metrics_addr: SocketAddr,
+
+    /// Reconcile only while holding the leader Lease (in the operator namespace), so that
+    /// several replicas can run with one of them active.
+    #[arg(long, env = "VMOP_LEADER_ELECT")]
+    pub leader_elect: bool,
+
+    /// Name of the leader Lease.
+    #[arg(long, default_value = "vmop")]
+    pub leader_election_id: String,
+
     /// Test hook: exit right after a successful create, before recording it.
     #[arg(long, env = "VMOP_TEST_EXIT_AFTER_CREATE", hide = true)]
     pub exit_after_create: bool,
@@ -74,6 +94,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         .operator_namespace
         .clone()
         .unwrap_or_else(|| client.default_namespace().to_owned());
+
+    let shutdown = shutdown_signal().boxed().shared();
+    let metrics = Metrics::new();
+    let readiness = Readiness::new();
+    let state = ServerState {
+        metrics: metrics.clone(),
+        readiness: readiness.clone(),
+    };
+    let http = server::serve(args.metrics_addr, state, shutdown.clone()).await?;
 
     let engine = PluginEngine::new(&EngineConfig {
         max_instances: args.max_plugin_instances,
@@ -95,23 +124,89 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     })?;
     let watcher = registry.watch(args.plugin_poll_interval);
 
-    let mut options = Options::new(operator_namespace);
+    let mut options = Options::new(operator_namespace.clone());
     options.resync_period = args.resync_period;
     options.poll_interval = args.poll_interval;
     options.exit_after_create = args.exit_after_create;
     let config = controller::Config {
-        namespace: args.namespace,
+        namespace: args.namespace.clone(),
         max_concurrent_reconciles: args.max_concurrent_reconciles,
-        provider_config_selector: args.provider_config_selector,
-        instance: args.instance,
+        provider_config_selector: args.provider_config_selector.clone(),
+        instance: args.instance.clone(),
         options,
+        metrics: metrics.clone(),
+        readiness: readiness.clone(),
     };
     tracing::info!(plugin_dir = %args.plugin_dir.display(), "starting vmop");
-    let result = controller::run(client, registry, config, shutdown_signal()).await;
+    let result = if args.leader_elect {
+        let lease = LeaseConfig::new(
+            &args.leader_election_id,
+            &operator_namespace,
+            default_identity(),
+        );
+        let elector = LeaderElector::new(client.clone(), lease)?.with_metrics(metrics);
+        lead(elector, readiness, shutdown.clone(), |stop| {
+            controller::run(client, registry, config, stop)
+        })
+        .await
+    } else {
+        controller::run(client, registry, config, shutdown.clone())
+            .await
+            .map_err(anyhow::Error::from)
+    };
     watcher.abort();
     result?;
+    // The server stops with `shutdown`; it has completed when the controllers stopped by it.
+    if shutdown.peek().is_some() {
+        http.wait().await?;
+    }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Runs `work` while this process holds the leader Lease. A standby replica is ready (it can
+/// take over at any time). Losing the Lease ends the process with an error, as
+/// controller-runtime does, so that a restart campaigns again from a clean state; `shutdown`
+/// stops the work gracefully and releases the Lease for a fast hand-over.
+async fn lead<W, F, E>(
+    elector: LeaderElector,
+    readiness: Readiness,
+    shutdown: futures::future::Shared<futures::future::BoxFuture<'static, ()>>,
+    work: W,
+) -> anyhow::Result<()>
+where
+    W: FnOnce(futures::future::BoxFuture<'static, ()>) -> F,
+    F: Future<Output = Result<(), E>>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let leadership = elector.start();
+    readiness.set_ready(true);
+    let mut leading = leadership.subscribe();
+    tracing::info!("waiting for the leader Lease");
+    tokio::select! {
+        _ = shutdown.clone() => {
+            leadership.release().await?;
+            return Ok(());
+        }
+        acquired = leading.wait_for(|l| *l) => {
+            acquired.context("the leader election stopped")?;
+        }
+    }
+    tracing::info!("leading: starting the controllers");
+    let mut lost = leadership.subscribe();
+    let lost = async move {
+        let _ = lost.wait_for(|l| !*l).await;
+    };
+    tokio::select! {
+        result = work(shutdown.clone().boxed()) => {
+            result?;
+            leadership.release().await?;
+            Ok(())
+        }
+        () = lost => {
+            anyhow::bail!("lost the leader Lease; exiting so that a restart campaigns again")
+        }
+    }
 }
 
 /// Completes on SIGTERM (how Kubernetes stops a pod) or Ctrl-C.

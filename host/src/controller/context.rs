@@ -11,6 +11,7 @@ use super::index::VmIndex;
 use super::provider::Resolver;
 use crate::api::{ProviderConfig, VirtualMachine};
 use crate::telemetry::events::EventSink;
+use crate::telemetry::metrics::Metrics;
 
 /// Tunables of the reconcilers.
 #[derive(Debug, Clone)]
@@ -44,6 +45,7 @@ pub struct Context {
     pub client: Client,
     pub resolver: Resolver,
     pub events: EventSink,
+    pub metrics: Metrics,
     pub options: Options,
     pub index: Arc<VmIndex>,
     pub vm_backoffs: Backoffs<ObjectRef<VirtualMachine>>,

@@ -35,8 +35,12 @@ pub use context::{Context, Options};
 use crate::api::{ProviderConfig, VirtualMachine};
 use crate::plugin::PluginRegistry;
 use crate::telemetry::events::{EventSink, chain};
+use crate::telemetry::health::Readiness;
+use crate::telemetry::metrics::{ControllerKind, Metrics, PhaseCounts, ReconcileResult};
 use backoff::Backoffs;
+use error::{Error, Retry};
 use index::VmIndex;
+use kube::runtime::controller::Action;
 use limiter::Limiters;
 use provider::Resolver;
 use watches::Fanout;
@@ -58,6 +62,9 @@ pub struct Config {
     /// `reportingInstance` of Events (the pod name); `None` uses the host name.
     pub instance: Option<String>,
     pub options: Options,
+    pub metrics: Metrics,
+    /// Set once the caches are filled and the controllers start.
+    pub readiness: Readiness,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -88,6 +95,7 @@ pub async fn run(
             operator_namespace: config.options.operator_namespace.clone(),
         },
         events: EventSink::new(client.clone(), config.instance.clone()),
+        metrics: config.metrics.clone(),
         index: Arc::new(VmIndex::new(pc_tx.clone())),
         options: config.options.clone(),
         vm_backoffs: Backoffs::new(backoff),
@@ -126,6 +134,7 @@ pub async fn run(
         operator_namespace = %ctx.options.operator_namespace,
         "caches filled, starting the controllers"
     );
+    config.readiness.set_ready(true);
 
     let shutdown = shutdown.boxed().shared();
     let (vm_api, cm_api): (Api<VirtualMachine>, Api<ConfigMap>) = match &config.namespace {
@@ -136,6 +145,21 @@ pub async fn run(
         None => (Api::all(client.clone()), Api::all(client.clone())),
     };
     let (vm_reader, vm_writer) = reflector::store();
+    let phases: reflector::Store<VirtualMachine> = vm_reader.clone();
+    ctx.metrics.count_virtual_machines_with(move || {
+        phases
+            .state()
+            .iter()
+            .map(|vm| vm.status.as_ref().and_then(|s| s.phase))
+            .collect::<PhaseCounts>()
+    });
+    for kind in [
+        ControllerKind::VirtualMachine,
+        ControllerKind::ProviderConfig,
+    ] {
+        ctx.metrics
+            .set_max_concurrent_reconciles(kind, config.max_concurrent_reconciles);
+    }
     let index = ctx.index.clone();
     // Status writes do not trigger a reconcile; spec changes, deletion (which bumps the
     // generation) and finalizer changes (the helper waits for its own patch) do.
@@ -161,7 +185,7 @@ pub async fn run(
         .reconcile_on(vm_rx)
         .with_config(controller_config.clone())
         .graceful_shutdown_on(shutdown.clone())
-        .run(vm::reconcile, error_policy::vm, ctx.clone())
+        .run(reconcile_vm, error_policy::vm, ctx.clone())
         .for_each(|result| {
             log_outcome("VirtualMachine", result);
             future::ready(())
@@ -172,7 +196,7 @@ pub async fn run(
         .with_config(controller_config.debounce(PROVIDER_CONFIG_DEBOUNCE))
         .graceful_shutdown_on(shutdown)
         .run(
-            provider_config::reconcile,
+            reconcile_provider_config,
             error_policy::provider_config,
             ctx.clone(),
         )
@@ -185,6 +209,32 @@ pub async fn run(
     Ok(())
 }
 
+async fn reconcile_vm(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let guard = ctx
+        .metrics
+        .reconcile_started(ControllerKind::VirtualMachine);
+    let result = vm::reconcile(vm, ctx.clone()).await;
+    guard.finish(ReconcileResult::of(&result), is_terminal(&result));
+    result
+}
+
+async fn reconcile_provider_config(
+    pc: Arc<ProviderConfig>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    let guard = ctx
+        .metrics
+        .reconcile_started(ControllerKind::ProviderConfig);
+    let result = provider_config::reconcile(pc, ctx.clone()).await;
+    guard.finish(ReconcileResult::of(&result), is_terminal(&result));
+    result
+}
+
+/// An error that is not retried until something changes (controller-runtime's terminal error).
+fn is_terminal(result: &Result<Action, Error>) -> bool {
+    matches!(result, Err(e) if e.retry() == Retry::AwaitChange)
+}
+
 fn provider_config_watch(config: &Config) -> watcher::Config {
     match &config.provider_config_selector {
         Some(selector) => watcher::Config::default().labels(selector),
@@ -194,7 +244,7 @@ fn provider_config_watch(config: &Config) -> watcher::Config {
 
 fn log_outcome<K, E1: std::error::Error + 'static, E2: std::error::Error + 'static>(
     kind: &str,
-    result: Result<(reflector::ObjectRef<K>, controller::Action), controller::Error<E1, E2>>,
+    result: Result<(reflector::ObjectRef<K>, Action), controller::Error<E1, E2>>,
 ) where
     K: reflector::Lookup,
     K::DynamicType: std::fmt::Debug,

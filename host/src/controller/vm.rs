@@ -23,6 +23,7 @@
 //!   never reached the cloud, this makes a machine only to delete it right after.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
@@ -39,6 +40,7 @@ use crate::api::quantity::to_mib;
 use crate::api::{DeletionPolicy, VM_FINALIZER, VirtualMachine, VirtualMachineStatus, VmPhase};
 use crate::plugin::{CallError, ErrorClass, Operation, Phase, VmSpec, VmStatus};
 use crate::telemetry::events::chain;
+use crate::telemetry::metrics::CallOutcome;
 
 pub async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Action, Error> {
     let namespace = vm.namespace().ok_or(Error::Metadata("namespace"))?;
@@ -84,7 +86,7 @@ async fn converge(
     let previous_phase = status.phase;
     let seen = match status.id.clone() {
         None => create(vm, writer, ctx, &provider, &spec, status).await?,
-        Some(id) => match get(vm, &provider, &id).await? {
+        Some(id) => match call_get(vm, ctx, &provider, &id).await? {
             Some(seen) => seen,
             None => {
                 ctx.events
@@ -121,7 +123,7 @@ async fn create(
         vm_status::not_ready(status, vm, "Creating", "creating the external machine");
         writer.write(status).await?;
     }
-    let seen = match call_create(provider, spec).await {
+    let seen = match call_create(ctx, provider, spec).await {
         Ok(seen) => seen,
         Err(error) => {
             if let Error::Call { source, .. } = &error
@@ -210,10 +212,10 @@ async fn remove_external(
     let provider = resolve(vm, ctx).await?;
     let id = match status.id.clone() {
         Some(id) => id,
-        None => call_create(&provider, &vm_spec(vm)?).await?.id,
+        None => call_create(ctx, &provider, &vm_spec(vm)?).await?.id,
     };
-    call_delete(vm, &provider, &id).await?;
-    match get(vm, &provider, &id).await? {
+    call_delete(vm, ctx, &provider, &id).await?;
+    match call_get(vm, ctx, &provider, &id).await? {
         None => {
             ctx.events
                 .normal(
@@ -327,40 +329,64 @@ fn vm_spec(vm: &VirtualMachine) -> Result<VmSpec, Error> {
     })
 }
 
-async fn call_create(provider: &Provider, spec: &VmSpec) -> Result<VmStatus, Error> {
+async fn call_create(ctx: &Context, provider: &Provider, spec: &VmSpec) -> Result<VmStatus, Error> {
     let _permit = provider.permit().await;
+    let started = Instant::now();
     let result = provider.plugin.create(&provider.call, spec).await;
+    let elapsed = started.elapsed();
     let subject = format!("{}/{}", spec.namespace, spec.name);
-    traced(provider, &subject, Operation::Create, result)
+    traced(ctx, provider, &subject, Operation::Create, result, elapsed)
 }
 
-async fn get(
+async fn call_get(
     vm: &VirtualMachine,
+    ctx: &Context,
     provider: &Provider,
     id: &str,
 ) -> Result<Option<VmStatus>, Error> {
     let _permit = provider.permit().await;
+    let started = Instant::now();
     let result = provider.plugin.get(&provider.call, id).await;
-    traced(provider, &subject(vm), Operation::Get, result)
+    let elapsed = started.elapsed();
+    traced(ctx, provider, &subject(vm), Operation::Get, result, elapsed)
 }
 
-async fn call_delete(vm: &VirtualMachine, provider: &Provider, id: &str) -> Result<(), Error> {
+async fn call_delete(
+    vm: &VirtualMachine,
+    ctx: &Context,
+    provider: &Provider,
+    id: &str,
+) -> Result<(), Error> {
     let _permit = provider.permit().await;
+    let started = Instant::now();
     let result = provider.plugin.delete(&provider.call, id).await;
-    traced(provider, &subject(vm), Operation::Delete, result)
+    let elapsed = started.elapsed();
+    traced(
+        ctx,
+        provider,
+        &subject(vm),
+        Operation::Delete,
+        result,
+        elapsed,
+    )
 }
 
 fn subject(vm: &VirtualMachine) -> String {
     format!("{}/{}", vm.namespace().unwrap_or_default(), vm.name_any())
 }
 
-/// One debug line per plugin call (target `vmop::provider_call`), so calls can be counted.
+/// Records one plugin call in the metrics, and as a debug line (target `vmop::provider_call`)
+/// naming the VM.
 fn traced<T>(
+    ctx: &Context,
     provider: &Provider,
     vm: &str,
     op: Operation,
     result: Result<T, CallError>,
+    elapsed: Duration,
 ) -> Result<T, Error> {
+    ctx.metrics
+        .provider_call(&provider.name, op, CallOutcome::of(&result), elapsed);
     match &result {
         Ok(_) => tracing::debug!(
             target: "vmop::provider_call",

@@ -118,6 +118,7 @@ impl Fanout {
     pub fn provider_config_changed(&self, name: &str) {
         if self.ctx.resolver.lookup(name).is_none() {
             self.ctx.resolver.limiters.remove(name);
+            self.ctx.metrics.forget_provider_config(name);
         }
         let vms = self.ctx.index.vms_of(name);
         tracing::debug!(

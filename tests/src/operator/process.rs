@@ -51,6 +51,7 @@ impl OperatorArgs {
             .args(["--namespace", &self.namespace])
             .args(["--operator-namespace", &self.namespace])
             .args(["--provider-config-selector", &self.selector])
+            .args(["--metrics-addr", "127.0.0.1:0"])
             .args(&self.args)
             .env("KUBECONFIG", &self.kubeconfig)
             .env("RUST_LOG", "info,vmop::provider_call=debug")
