@@ -51,6 +51,9 @@
 //!   change, never from `renewTime`, so wall-clock skew between nodes is harmless; a process
 //!   frozen (SIGSTOP, a VM pause) longer than `lease_duration - renew_deadline` can still
 //!   overlap by that much once it resumes, as with every lease-based election.
+//! - A missing Lease is free: if someone deletes it while a leader holds it, a candidate may
+//!   create it at once, and the old leader steps down at its next renewal (within
+//!   `retry_period`). Do not delete the Lease of a running operator.
 
 mod elector;
 mod record;
