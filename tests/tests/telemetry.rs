@@ -1,21 +1,26 @@
 //! The operator's HTTP endpoints over a real socket: `/healthz`, `/readyz` following the
 //! readiness flag, and `/metrics` exporting the controller-runtime and `vmop_*` names that
-//! dashboards and alerts query, in both text formats.
+//! dashboards and alerts query, in both text formats; log lines of a reconcile carry its
+//! object and ProviderConfig and never a credential.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail, ensure};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::sync::oneshot;
 use vmop::api::VmPhase;
-use vmop::plugin::Operation;
+use vmop::plugin::{Operation, ProviderSettings};
 use vmop::telemetry::health::Readiness;
+use vmop::telemetry::logging::{LogFormat, subscriber};
 use vmop::telemetry::metrics::{
     CallOutcome, ControllerKind, Format, LoadOutcome, Metrics, OPENMETRICS_CONTENT_TYPE,
     ReconcileResult,
 };
 use vmop::telemetry::server::{RunningServer, ServerError, ServerState, serve};
+use vmop::telemetry::spans::reconcile_span;
 
 const DEADLINE: Duration = Duration::from_secs(30);
 
@@ -250,4 +255,102 @@ async fn an_address_in_use_is_reported_when_binding() -> anyhow::Result<()> {
         Err(other) => bail!("unexpected error: {other:?}"),
         Ok(server) => bail!("bound {} although it is taken", server.local_addr()),
     }
+}
+
+/// Log output captured in memory.
+#[derive(Clone, Default)]
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let mut out = self
+            .0
+            .lock()
+            .map_err(|_| std::io::Error::other("poisoned"))?;
+        out.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Capture {
+    type Writer = Capture;
+
+    fn make_writer(&'a self) -> Capture {
+        self.clone()
+    }
+}
+
+/// Logs one line inside a reconcile span, as the controller does, with the provider settings
+/// (whose secrets must not appear).
+fn log_a_reconcile(format: LogFormat) -> anyhow::Result<String> {
+    let capture = Capture::default();
+    let filter = tracing_subscriber::EnvFilter::new("info");
+    let settings = ProviderSettings {
+        settings: BTreeMap::from([("region".to_owned(), "eu-west-1".to_owned())]),
+        secrets: BTreeMap::from([("secret_access_key".to_owned(), "hunter2-s3cr3t".to_owned())]),
+    };
+    tracing::subscriber::with_default(subscriber(format, filter, capture.clone(), false), || {
+        let span = reconcile_span(
+            ControllerKind::VirtualMachine,
+            Some("team-a"),
+            "web-1",
+            Some("aws"),
+        );
+        let _entered = span.enter();
+        tracing::info!(?settings, "calling the provider");
+    });
+    let bytes = capture
+        .0
+        .lock()
+        .map_err(|_| anyhow::anyhow!("poisoned"))?
+        .clone();
+    Ok(String::from_utf8(bytes)?)
+}
+
+#[test]
+fn json_log_lines_of_a_reconcile_name_its_object_and_never_a_secret() -> anyhow::Result<()> {
+    let out = log_a_reconcile(LogFormat::Json)?;
+    ensure!(
+        !out.contains("hunter2-s3cr3t"),
+        "a secret was logged: {out}"
+    );
+    let line = out.lines().next().context("no log line")?;
+    let json: serde_json::Value = serde_json::from_str(line)?;
+    let span = &json["span"];
+    ensure!(span["controller"] == "virtualmachine", "{line}");
+    ensure!(span["namespace"] == "team-a", "{line}");
+    ensure!(span["object"] == "web-1", "{line}");
+    ensure!(span["provider_config"] == "aws", "{line}");
+    ensure!(span["name"] == "reconcile", "{line}");
+    ensure!(
+        json["fields"]["message"] == "calling the provider",
+        "{line}"
+    );
+    ensure!(json["level"] == "INFO", "{line}");
+    let settings = json["fields"]["settings"].as_str().unwrap_or_default();
+    ensure!(settings.contains("secret_access_key"), "{line}");
+    ensure!(out.lines().count() == 1, "{out}");
+    Ok(())
+}
+
+#[test]
+fn text_log_lines_of_a_reconcile_name_its_object_and_never_a_secret() -> anyhow::Result<()> {
+    let out = log_a_reconcile(LogFormat::Text)?;
+    ensure!(
+        !out.contains("hunter2-s3cr3t"),
+        "a secret was logged: {out}"
+    );
+    for field in [
+        "controller=\"virtualmachine\"",
+        "namespace=\"team-a\"",
+        "object=\"web-1\"",
+        "provider_config=\"aws\"",
+    ] {
+        ensure!(out.contains(field), "{field} missing in {out}");
+    }
+    Ok(())
 }

@@ -7,3 +7,4 @@ pub mod logging;
 pub mod metrics;
 mod phases;
 pub mod server;
+pub mod spans;
