@@ -68,16 +68,25 @@ pub struct CallArgs {
 }
 
 pub async fn run(cmd: PluginCommand) -> anyhow::Result<()> {
+    let mut buffer = Vec::new();
+    let result = execute(cmd, &mut buffer).await;
+    std::io::stdout().lock().write_all(&buffer)?;
+    result
+}
+
+/// Runs `cmd`, writing its JSON result to `out`. A failed call writes its error as JSON too,
+/// then returns an error (so the process exits non-zero).
+pub async fn execute(cmd: PluginCommand, out: &mut (dyn Write + Send)) -> anyhow::Result<()> {
     match cmd {
         PluginCommand::Inspect { file, pin } => {
             let plugin = load(&file, pin.as_deref(), CallLimits::default()).await?;
-            print_json(&inspect_json(&plugin))
+            write_json(out, &inspect_json(&plugin))
         }
-        PluginCommand::Call(args) => call(args).await,
+        PluginCommand::Call(args) => call(args, out).await,
     }
 }
 
-async fn call(args: CallArgs) -> anyhow::Result<()> {
+async fn call(args: CallArgs, out: &mut (dyn Write + Send)) -> anyhow::Result<()> {
     let limits = CallLimits {
         timeout: args.timeout,
         memory_bytes: args.memory,
@@ -113,13 +122,16 @@ async fn call(args: CallArgs) -> anyhow::Result<()> {
             .map(|()| json!({ "deleted": id() })),
     };
     match result {
-        Ok(value) => print_json(&json!({ "ok": value })),
+        Ok(value) => write_json(out, &json!({ "ok": value })),
         Err(e) => {
-            print_json(&json!({ "error": {
-                "class": e.class().reason(),
-                "fault": format!("{:?}", e.fault()),
-                "message": format!("{:#}", anyhow::Error::from(e)),
-            }}))?;
+            write_json(
+                out,
+                &json!({ "error": {
+                    "class": e.class().reason(),
+                    "fault": format!("{:?}", e.fault()),
+                    "message": format!("{:#}", anyhow::Error::from(e)),
+                }}),
+            )?;
             anyhow::bail!("plugin call failed")
         }
     }
@@ -216,9 +228,8 @@ fn read_spec(path: &Path) -> anyhow::Result<VmSpec> {
     })
 }
 
-fn print_json(value: &Value) -> anyhow::Result<()> {
-    let mut out = std::io::stdout().lock();
-    serde_json::to_writer_pretty(&mut out, value)?;
+fn write_json(out: &mut (dyn Write + Send), value: &Value) -> anyhow::Result<()> {
+    serde_json::to_writer_pretty(&mut *out, value)?;
     writeln!(out)?;
     Ok(())
 }

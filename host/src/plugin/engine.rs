@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use wasmtime::component::{HasSelf, Linker};
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use super::bindings;
 use super::state::State;
@@ -139,6 +139,10 @@ fn on_demand_engine() -> Result<Engine, EngineError> {
     Engine::new(&wasmtime_config(None)).map_err(|e| EngineError::Create(e.into()))
 }
 
+/// Covers a Rust guest's stack (the first MiB of its memory), data and a small heap.
+const KEEP_RESIDENT_BYTES: usize = 2 << 20;
+const KEEP_RESIDENT_TABLE_BYTES: usize = 64 << 10;
+
 fn wasmtime_config(pooling: Option<&EngineConfig>) -> Config {
     let mut config = Config::new();
     config.epoch_interruption(true);
@@ -157,6 +161,14 @@ fn wasmtime_config(pooling: Option<&EngineConfig>) -> Config {
             .max_memories_per_component(4)
             .max_tables_per_component(16)
             .max_memory_size(c.max_memory_bytes);
+        if PoolingAllocationConfig::is_pagemap_scan_available() {
+            // Reset only the pages a call dirtied, by copying, and keep them resident: the next
+            // call in the slot takes no page faults. Without the ioctl, keeping memory resident
+            // would mean a memset of the whole region per call, so it stays off.
+            pool.pagemap_scan(Enabled::Yes)
+                .linear_memory_keep_resident(KEEP_RESIDENT_BYTES)
+                .table_keep_resident(KEEP_RESIDENT_TABLE_BYTES);
+        }
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     }
     config
