@@ -102,6 +102,26 @@ fn assert_plugin_fault(err: &CallError) {
 }
 
 #[tokio::test]
+async fn no_state_survives_a_call() -> anyhow::Result<()> {
+    let f = fixture().await?;
+    for round in 0..20 {
+        // Interleave failures that leave an instance mid-flight.
+        let _ = f
+            .hostile
+            .get(&mode(if round % 2 == 0 { "trap" } else { "grow" }), "x")
+            .await;
+        let status = f.hostile.get(&mode("count"), "vm-1").await?;
+        let calls = status.and_then(|s| s.message);
+        assert_eq!(
+            calls.as_deref(),
+            Some("1"),
+            "round {round}: instance state leaked"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
 async fn an_infinite_loop_is_stopped_by_the_deadline() -> anyhow::Result<()> {
     let f = fixture().await?;
     let limit = Duration::from_millis(500);
