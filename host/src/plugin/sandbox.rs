@@ -250,12 +250,12 @@ impl Export for Info {
     type Output = super::types::PluginInfo;
     const OP: Operation = Operation::Info;
 
-    fn invoke<'a>(
+    async fn invoke<'a>(
         self,
         guest: &'a wit_provider::Guest,
         store: &'a mut Store<State>,
-    ) -> impl Future<Output = wasmtime::Result<Self::Output>> + Send + 'a {
-        async move { Ok(guest.call_info(store).await?.into()) }
+    ) -> wasmtime::Result<Self::Output> {
+        Ok(guest.call_info(store).await?.into())
     }
 }
 
@@ -269,15 +269,13 @@ impl Export for Create {
     type Output = Result<super::types::VmStatus, ProviderError>;
     const OP: Operation = Operation::Create;
 
-    fn invoke<'a>(
+    async fn invoke<'a>(
         self,
         guest: &'a wit_provider::Guest,
         store: &'a mut Store<State>,
-    ) -> impl Future<Output = wasmtime::Result<Self::Output>> + Send + 'a {
-        async move {
-            let result = guest.call_create(store, &self.config, &self.spec).await?;
-            Ok(result.map(Into::into).map_err(Into::into))
-        }
+    ) -> wasmtime::Result<Self::Output> {
+        let result = guest.call_create(store, &self.config, &self.spec).await?;
+        Ok(result.map(Into::into).map_err(Into::into))
     }
 }
 
@@ -291,15 +289,13 @@ impl Export for Get {
     type Output = Result<Option<super::types::VmStatus>, ProviderError>;
     const OP: Operation = Operation::Get;
 
-    fn invoke<'a>(
+    async fn invoke<'a>(
         self,
         guest: &'a wit_provider::Guest,
         store: &'a mut Store<State>,
-    ) -> impl Future<Output = wasmtime::Result<Self::Output>> + Send + 'a {
-        async move {
-            let result = guest.call_get(store, &self.config, &self.id).await?;
-            Ok(result.map(|s| s.map(Into::into)).map_err(Into::into))
-        }
+    ) -> wasmtime::Result<Self::Output> {
+        let result = guest.call_get(store, &self.config, &self.id).await?;
+        Ok(result.map(|s| s.map(Into::into)).map_err(Into::into))
     }
 }
 
@@ -313,14 +309,12 @@ impl Export for Delete {
     type Output = Result<(), ProviderError>;
     const OP: Operation = Operation::Delete;
 
-    fn invoke<'a>(
+    async fn invoke<'a>(
         self,
         guest: &'a wit_provider::Guest,
         store: &'a mut Store<State>,
-    ) -> impl Future<Output = wasmtime::Result<Self::Output>> + Send + 'a {
-        async move {
-            let result = guest.call_delete(store, &self.config, &self.id).await?;
-            Ok(result.map_err(Into::into))
-        }
+    ) -> wasmtime::Result<Self::Output> {
+        let result = guest.call_delete(store, &self.config, &self.id).await?;
+        Ok(result.map_err(Into::into))
     }
 }
