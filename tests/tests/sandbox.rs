@@ -240,6 +240,10 @@ async fn hostile_calls_do_not_disturb_a_concurrent_healthy_call() -> anyhow::Res
 
 /// A loopback HTTP server answering every request with `ok`, counting connections.
 async fn http_server() -> anyhow::Result<(u16, Arc<AtomicUsize>)> {
+    http_server_with_body(b"ok".to_vec()).await
+}
+
+async fn http_server_with_body(body: Vec<u8>) -> anyhow::Result<(u16, Arc<AtomicUsize>)> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let port = listener.local_addr()?.port();
     let connections = Arc::new(AtomicUsize::new(0));
@@ -247,14 +251,16 @@ async fn http_server() -> anyhow::Result<(u16, Arc<AtomicUsize>)> {
     tokio::spawn(async move {
         while let Ok((mut socket, _)) = listener.accept().await {
             count.fetch_add(1, Ordering::SeqCst);
+            let body = body.clone();
             tokio::spawn(async move {
                 let mut buf = [0u8; 4096];
                 let _ = socket.read(&mut buf).await;
-                let _ = socket
-                    .write_all(
-                        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok",
-                    )
-                    .await;
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = socket.write_all(head.as_bytes()).await;
+                let _ = socket.write_all(&body).await;
             });
         }
     });
@@ -301,5 +307,49 @@ async fn http_to_a_host_not_on_the_allowlist_is_refused() -> anyhow::Result<()> 
         1,
         "a denied request reached the server"
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn response_bodies_are_bounded() -> anyhow::Result<()> {
+    let f = fixture().await?;
+    let (port, _) = http_server_with_body(vec![b'x'; 256 << 10]).await?;
+    let authority = format!("127.0.0.1:{port}");
+    let mut ctx = ctx(
+        &[("mode", "http"), ("authority", &authority)],
+        Duration::from_secs(10),
+    );
+    ctx.egress = EgressPolicy::parse([format!("http://{authority}")])?;
+
+    ctx.limits.max_response_bytes = 1 << 20;
+    let status = f.hostile.get(&ctx, "vm-1").await?;
+    let message = status.and_then(|s| s.message);
+    assert_eq!(message.as_deref(), Some("status 200, 262144 bytes"));
+
+    ctx.limits.max_response_bytes = 64 << 10;
+    let result = f.hostile.get(&ctx, "vm-1").await;
+    let cut = matches!(&result, Err(CallError::Provider(ProviderError::Transient(m))) if m.contains("reading body"));
+    anyhow::ensure!(cut, "a 256 KiB body passed a 64 KiB bound: {result:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_guest_sees_no_environment_arguments_files_or_sockets() -> anyhow::Result<()> {
+    let f = fixture().await?;
+    // A listening port on loopback, and even the HTTP allowlist naming it: raw TCP stays closed.
+    let (port, connections) = http_server().await?;
+    let authority = format!("127.0.0.1:{port}");
+    let mut ctx = ctx(
+        &[("mode", "probe"), ("authority", &authority)],
+        Duration::from_secs(10),
+    );
+    ctx.egress = EgressPolicy::parse([format!("http://{authority}")])?;
+    let status = f.hostile.get(&ctx, "vm-1").await?;
+    let message = status.and_then(|s| s.message);
+    assert_eq!(
+        message.as_deref(),
+        Some("env=0 args=0 fs=denied tcp=denied")
+    );
+    assert_eq!(connections.load(Ordering::SeqCst), 0);
     Ok(())
 }
