@@ -7,6 +7,7 @@
 //! - [`index`], [`watches`]: which VMs a ProviderConfig, Secret or plugin change concerns.
 
 pub mod backoff;
+pub mod calls;
 pub mod connection;
 pub mod context;
 pub mod error;

@@ -23,7 +23,6 @@
 //!   never reached the cloud, this makes a machine only to delete it right after.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
@@ -31,6 +30,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 
 use super::backoff::jitter;
+use super::calls::Calls;
 use super::connection;
 use super::context::Context;
 use super::error::Error;
@@ -38,9 +38,8 @@ use super::provider::Provider;
 use super::vm_status::{self, Writer};
 use crate::api::quantity::to_mib;
 use crate::api::{DeletionPolicy, VM_FINALIZER, VirtualMachine, VirtualMachineStatus, VmPhase};
-use crate::plugin::{CallError, ErrorClass, Operation, Phase, VmSpec, VmStatus};
+use crate::plugin::{CallError, ErrorClass, Phase, VmSpec, VmStatus};
 use crate::telemetry::events::chain;
-use crate::telemetry::metrics::CallOutcome;
 
 pub async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Action, Error> {
     let namespace = vm.namespace().ok_or(Error::Metadata("namespace"))?;
@@ -82,11 +81,12 @@ async fn converge(
     status: &mut VirtualMachineStatus,
 ) -> Result<Action, Error> {
     let provider = resolve(vm, ctx).await?;
+    let calls = calls(vm, ctx, &provider);
     let spec = vm_spec(vm)?;
     let previous_phase = status.phase;
     let seen = match status.id.clone() {
-        None => create(vm, writer, ctx, &provider, &spec, status).await?,
-        Some(id) => match call_get(vm, ctx, &provider, &id).await? {
+        None => create(vm, writer, &calls, &spec, status).await?,
+        Some(id) => match calls.get(&id).await? {
             Some(seen) => seen,
             None => {
                 ctx.events
@@ -98,7 +98,7 @@ async fn converge(
                     )
                     .await;
                 status.id = None;
-                create(vm, writer, ctx, &provider, &spec, status).await?
+                create(vm, writer, &calls, &spec, status).await?
             }
         },
     };
@@ -113,17 +113,17 @@ async fn converge(
 async fn create(
     vm: &VirtualMachine,
     writer: &mut Writer<'_>,
-    ctx: &Context,
-    provider: &Provider,
+    calls: &Calls<'_>,
     spec: &VmSpec,
     status: &mut VirtualMachineStatus,
 ) -> Result<VmStatus, Error> {
+    let ctx = calls.ctx;
     if !status.create_pending {
         status.create_pending = true;
         vm_status::not_ready(status, vm, "Creating", "creating the external machine");
         writer.write(status).await?;
     }
-    let seen = match call_create(ctx, provider, spec).await {
+    let seen = match calls.create(spec).await {
         Ok(seen) => seen,
         Err(error) => {
             if let Error::Call { source, .. } = &error
@@ -148,7 +148,7 @@ async fn create(
             format!(
                 "external machine {} created through ProviderConfig {} ({})",
                 seen.id,
-                provider.name,
+                calls.provider.name,
                 seen.phase.as_str()
             ),
         )
@@ -210,12 +210,16 @@ async fn remove_external(
         return Ok(Action::await_change());
     }
     let provider = resolve(vm, ctx).await?;
+    let calls = calls(vm, ctx, &provider);
     let id = match status.id.clone() {
         Some(id) => id,
-        None => call_create(ctx, &provider, &vm_spec(vm)?).await?.id,
+        None => calls.create(&vm_spec(vm)?).await?.id,
     };
-    call_delete(vm, ctx, &provider, &id).await?;
-    match call_get(vm, ctx, &provider, &id).await? {
+    // Once the provider accepted the deletion (phase Deleting), only watch it go.
+    if status.phase != Some(VmPhase::Deleting) {
+        calls.delete(&id).await?;
+    }
+    match calls.get(&id).await? {
         None => {
             ctx.events
                 .normal(
@@ -329,81 +333,10 @@ fn vm_spec(vm: &VirtualMachine) -> Result<VmSpec, Error> {
     })
 }
 
-async fn call_create(ctx: &Context, provider: &Provider, spec: &VmSpec) -> Result<VmStatus, Error> {
-    let _permit = provider.permit().await;
-    let started = Instant::now();
-    let result = provider.plugin.create(&provider.call, spec).await;
-    let elapsed = started.elapsed();
-    let subject = format!("{}/{}", spec.namespace, spec.name);
-    traced(ctx, provider, &subject, Operation::Create, result, elapsed)
-}
-
-async fn call_get(
-    vm: &VirtualMachine,
-    ctx: &Context,
-    provider: &Provider,
-    id: &str,
-) -> Result<Option<VmStatus>, Error> {
-    let _permit = provider.permit().await;
-    let started = Instant::now();
-    let result = provider.plugin.get(&provider.call, id).await;
-    let elapsed = started.elapsed();
-    traced(ctx, provider, &subject(vm), Operation::Get, result, elapsed)
-}
-
-async fn call_delete(
-    vm: &VirtualMachine,
-    ctx: &Context,
-    provider: &Provider,
-    id: &str,
-) -> Result<(), Error> {
-    let _permit = provider.permit().await;
-    let started = Instant::now();
-    let result = provider.plugin.delete(&provider.call, id).await;
-    let elapsed = started.elapsed();
-    traced(
+fn calls<'a>(vm: &VirtualMachine, ctx: &'a Context, provider: &'a Provider) -> Calls<'a> {
+    Calls {
         ctx,
         provider,
-        &subject(vm),
-        Operation::Delete,
-        result,
-        elapsed,
-    )
-}
-
-fn subject(vm: &VirtualMachine) -> String {
-    format!("{}/{}", vm.namespace().unwrap_or_default(), vm.name_any())
-}
-
-/// Records one plugin call in the metrics, and as a debug line (target `vmop::provider_call`)
-/// naming the VM.
-fn traced<T>(
-    ctx: &Context,
-    provider: &Provider,
-    vm: &str,
-    op: Operation,
-    result: Result<T, CallError>,
-    elapsed: Duration,
-) -> Result<T, Error> {
-    ctx.metrics
-        .provider_call(&provider.name, op, CallOutcome::of(&result), elapsed);
-    match &result {
-        Ok(_) => tracing::debug!(
-            target: "vmop::provider_call",
-            provider = %provider.name,
-            vm,
-            op = op.as_str(),
-            outcome = "ok",
-            "provider call"
-        ),
-        Err(e) => tracing::debug!(
-            target: "vmop::provider_call",
-            provider = %provider.name,
-            vm,
-            op = op.as_str(),
-            outcome = e.class().reason(),
-            "provider call"
-        ),
+        vm: format!("{}/{}", vm.namespace().unwrap_or_default(), vm.name_any()),
     }
-    result.map_err(|source| Error::Call { op, source })
 }
