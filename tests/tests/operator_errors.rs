@@ -151,3 +151,101 @@ async fn invalid_specs_are_rejected_by_the_api_server_with_clear_messages() -> a
         .await?;
     Ok(())
 }
+
+/// Gaps between consecutive calls, from their log timestamps.
+fn gaps(calls: &[vmop_tests::operator::ProviderCall]) -> anyhow::Result<Vec<f64>> {
+    let times = calls
+        .iter()
+        .map(|c| c.timestamp.parse::<k8s_openapi::jiff::Timestamp>())
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(times
+        .windows(2)
+        .filter_map(|w| Some(w.get(1)?.duration_since(*w.first()?).as_secs_f64()))
+        .collect())
+}
+
+/// An endpoint nothing listens on.
+fn closed_endpoint() -> anyhow::Result<String> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = listener.local_addr()?.port();
+    drop(listener);
+    Ok(format!("http://127.0.0.1:{port}"))
+}
+
+async fn point_at(env: &Env, provider: &str, endpoint: &str) -> anyhow::Result<()> {
+    let patch = Patch::Merge(json!({ "spec": {
+        "config": { "endpoint": endpoint },
+        "allowedHosts": [endpoint],
+    }}));
+    env.provider_configs()
+        .patch(provider, &PatchParams::default(), &patch)
+        .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn transient_failures_back_off_per_object_and_reset_on_success() -> anyhow::Result<()> {
+    let env = Env::new("backoff").await?;
+    let provider = env.standard_provider("aws").await?;
+    let unreachable = closed_endpoint()?;
+    point_at(&env, &provider, &unreachable).await?;
+    let operator = env.operator().start(operator_bin())?;
+
+    env.create_vm(&env.vm("flaky", &provider)).await?;
+    let failing = operator
+        .wait_calls("four failed creates", |calls| {
+            calls
+                .iter()
+                .filter(|c| c.vm.ends_with("/flaky") && c.outcome == "TransientError")
+                .count()
+                >= 4
+        })
+        .await?;
+    let failed: Vec<_> = failing
+        .into_iter()
+        .filter(|c| c.vm.ends_with("/flaky"))
+        .collect();
+    let spacing = gaps(&failed)?;
+    ensure!(
+        spacing.windows(2).all(|w| w.get(1) > w.first()),
+        "retries are not backing off: gaps {spacing:?}"
+    );
+    let vm = env
+        .wait_vm_condition("flaky", "Synced", "False", Some("TransientError"))
+        .await?;
+    ensure!(
+        vm.status.is_some_and(|s| s.create_pending),
+        "a create that failed in transit must stay pending (it may have created the machine)"
+    );
+    let longest = spacing.last().copied().unwrap_or_default();
+
+    // Success resets the sequence: the next failure is retried after the base delay again.
+    point_at(&env, &provider, &env.moto.endpoint()).await?;
+    env.wait_ready("flaky").await?;
+    let before = operator.calls_for("flaky").len();
+    point_at(&env, &provider, &unreachable).await?;
+    let calls = operator
+        .wait_calls("two failed checks after the success", |calls| {
+            calls
+                .iter()
+                .filter(|c| c.vm.ends_with("/flaky"))
+                .skip(before)
+                .filter(|c| c.outcome == "TransientError")
+                .count()
+                >= 2
+        })
+        .await?;
+    let after: Vec<_> = calls
+        .into_iter()
+        .filter(|c| c.vm.ends_with("/flaky"))
+        .skip(before)
+        .filter(|c| c.outcome == "TransientError")
+        .take(2)
+        .collect();
+    let first_gap = gaps(&after)?.first().copied().unwrap_or_default();
+    ensure!(
+        first_gap < longest,
+        "the backoff was not reset: first gap after success {first_gap:.2}s, longest before {longest:.2}s"
+    );
+    Ok(())
+}

@@ -97,6 +97,8 @@ pub struct Operator {
 /// One plugin call the operator logged.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProviderCall {
+    /// When the call ended (RFC 3339, from the log line).
+    pub timestamp: String,
     pub provider: String,
     pub vm: String,
     pub op: String,
@@ -142,6 +144,11 @@ impl Operator {
                         .to_owned()
                 };
                 Some(ProviderCall {
+                    timestamp: v
+                        .get("timestamp")
+                        .and_then(|t| t.as_str())
+                        .unwrap_or_default()
+                        .to_owned(),
                     provider: field("provider"),
                     vm: field("vm"),
                     op: field("op"),
