@@ -22,13 +22,17 @@ struct Fixture {
 }
 
 async fn fixture() -> anyhow::Result<Fixture> {
+    fixture_with(16).await
+}
+
+async fn fixture_with(max_instances: u32) -> anyhow::Result<Fixture> {
     let dir = tempfile::tempdir()?;
     for name in ["hostile", "trivial"] {
         let wasm = vmop_tests::wasm::path(name)?;
         std::fs::copy(wasm, dir.path().join(format!("{name}.wasm")))?;
     }
     let engine = PluginEngine::new(&EngineConfig {
-        max_instances: 16,
+        max_instances,
         ..EngineConfig::default()
     })?;
     let registry = PluginRegistry::new(
@@ -352,4 +356,55 @@ async fn the_guest_sees_no_environment_arguments_files_or_sockets() -> anyhow::R
     );
     assert_eq!(connections.load(Ordering::SeqCst), 0);
     Ok(())
+}
+
+#[tokio::test]
+async fn concurrent_instances_are_bounded_and_waiting_is_a_host_fault() -> anyhow::Result<()> {
+    let f = fixture_with(1).await?;
+    // The only slot is held by a call whose request the server keeps unanswered.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let authority = format!("127.0.0.1:{}", listener.local_addr()?.port());
+    let (accepted_tx, accepted) = tokio::sync::oneshot::channel();
+    let (release, released) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let Ok((mut socket, _)) = listener.accept().await else {
+            return;
+        };
+        let mut buf = [0u8; 4096];
+        let _ = socket.read(&mut buf).await;
+        let _ = accepted_tx.send(());
+        let _ = released.await;
+        let _ = socket
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
+            .await;
+    });
+    let mut holding = ctx(
+        &[("mode", "http"), ("authority", &authority)],
+        Duration::from_secs(60),
+    );
+    holding.egress = EgressPolicy::parse([format!("http://{authority}")])?;
+    let hostile = f.hostile.clone();
+    let held = tokio::spawn(async move { hostile.get(&holding, "vm-1").await });
+    accepted.await?;
+
+    let err = f
+        .trivial
+        .create(&ctx(&[], Duration::from_millis(200)), &spec("waiting"))
+        .await
+        .err()
+        .context("a second instance ran while the only slot was taken")?;
+    assert!(matches!(err, CallError::Instantiate { .. }), "{err:?}");
+    let cause = std::error::Error::source(&err).map(ToString::to_string);
+    assert!(
+        cause.is_some_and(|c| c.contains("no instance slot")),
+        "{err:?}"
+    );
+    assert_eq!(
+        (err.fault(), err.class()),
+        (Fault::Host, ErrorClass::Transient)
+    );
+
+    let _ = release.send(());
+    assert!(held.await??.is_some());
+    assert_serves_next_call(&f.trivial).await
 }

@@ -7,7 +7,8 @@
 //!   nothing, and a trap never poisons a later call.
 //! - Every call ends within [`CallLimits::timeout`] plus one epoch tick: a guest computing is
 //!   stopped by the epoch callback, a guest blocked in a host call by a tokio timeout around
-//!   the whole call (both report [`CallError::Timeout`]).
+//!   the whole call (both report [`CallError::Timeout`]). Waiting for an instance slot counts
+//!   against the same limit ([`CallError::Instantiate`], a host fault, when none came free).
 //! - Each linear memory is capped at [`CallLimits::memory_bytes`]; growing past it fails the
 //!   call with [`CallError::MemoryLimit`].
 //! - Any guest behaviour ends as a `Result`, never a host panic; busy guests yield to the
@@ -15,6 +16,7 @@
 //! - Guest stdout/stderr and `log` lines reach the host's log tagged with
 //!   [`CallContext::label`], bounded per call.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use wasmtime::{Store, Trap, UpdateDeadline};
@@ -77,7 +79,8 @@ pub enum CallError {
     /// The guest tried to grow a memory past the cap.
     #[error("plugin call {op} exceeded its memory cap of {cap} bytes")]
     MemoryLimit { op: &'static str, cap: usize },
-    /// The host could not set up the call (no instance slot, instantiation failure).
+    /// The host could not set up the call: no instance slot came free within the time limit,
+    /// or instantiation failed.
     #[error("failed to instantiate the plugin for {op}")]
     Instantiate {
         op: &'static str,
@@ -143,6 +146,7 @@ pub(crate) async fn call<E: Export>(
     let stderr = CapturedOutput::new(MAX_CAPTURED_OUTPUT);
     let memory_cap = engine.memory_cap(limits.memory_bytes);
 
+    let has_slot = AtomicBool::new(false);
     let run = async {
         let Some(_slot) = engine.slot().await else {
             return Err(CallError::Instantiate {
@@ -150,6 +154,7 @@ pub(crate) async fn call<E: Export>(
                 source: "the plugin engine is shutting down".into(),
             });
         };
+        has_slot.store(true, Ordering::Relaxed);
         let hooks = EgressHooks {
             policy: ctx.egress.clone(),
             deadline,
@@ -188,6 +193,10 @@ pub(crate) async fn call<E: Export>(
     };
     let result = match tokio::time::timeout(limits.timeout, run).await {
         Ok(result) => result,
+        Err(_elapsed) if !has_slot.load(Ordering::Relaxed) => Err(CallError::Instantiate {
+            op,
+            source: format!("no instance slot became free within {:?}", limits.timeout).into(),
+        }),
         Err(_elapsed) => Err(CallError::Timeout {
             op,
             timeout: limits.timeout,
