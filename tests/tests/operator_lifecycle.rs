@@ -158,3 +158,45 @@ async fn orphan_policy_leaves_the_instance_running() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// `kubectl explain <field>`, waiting (with the harness deadline) until the API server
+/// publishes the OpenAPI of a freshly installed CRD, which happens shortly after it is
+/// Established.
+async fn explain(env: &Env, field: &str) -> anyhow::Result<String> {
+    let deadline = tokio::time::Instant::now() + vmop_tests::operator::DEADLINE;
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(250));
+    loop {
+        tick.tick().await;
+        let output = env
+            .control_plane
+            .kubectl_command()
+            .args(["explain", field])
+            .output()?;
+        if output.status.success() {
+            return Ok(String::from_utf8_lossy(&output.stdout).into_owned());
+        }
+        if tokio::time::Instant::now() > deadline {
+            anyhow::bail!(
+                "kubectl explain {field} kept failing: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn kubectl_explain_describes_the_fields() -> anyhow::Result<()> {
+    let env = Env::new("explain").await?;
+    for (field, expected) in [
+        ("vm.spec.memory", "Kubernetes quantity"),
+        ("vm.spec.deletionPolicy", "Orphan"),
+        ("vm.status.conditions", "Synced"),
+        ("vmpc.spec.allowedHosts", "Empty means no network"),
+        ("vmpc.spec.limits.requestsPerSecond", "token bucket"),
+    ] {
+        let text = explain(&env, field).await?;
+        let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        ensure!(flat.contains(expected), "kubectl explain {field}: {text}");
+    }
+    Ok(())
+}
