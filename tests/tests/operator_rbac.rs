@@ -9,8 +9,8 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, Role, RoleBinding, RoleRef, Subject,
 };
-use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use kube::Api;
+use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use serde::Deserialize;
 use vmop::api::ConnectionConfigMap;
 use vmop_tests::operator::{Env, wait_for};
