@@ -181,7 +181,7 @@ async fn growing_memory_past_the_cap_fails_cleanly() -> anyhow::Result<()> {
 #[tokio::test]
 async fn a_trapping_guest_is_a_typed_error() -> anyhow::Result<()> {
     let f = fixture().await?;
-    for m in ["trap", "stack"] {
+    for m in ["trap", "stack", "resources"] {
         let err = f
             .hostile
             .delete(&mode(m), "vm-1")

@@ -22,6 +22,10 @@ const MAX_INSTANCES: usize = 32;
 const MAX_TABLES: usize = 32;
 const MAX_MEMORIES: usize = 8;
 const MAX_TABLE_ELEMENTS: usize = 100_000;
+/// Host-side resources (streams, HTTP fields and requests, pollables) one call may hold at
+/// once. They live outside the guest's memory cap, so they get their own bound; a provider
+/// needs a few dozen.
+const MAX_RESOURCES: usize = 4096;
 
 pub(crate) struct State {
     wasi: WasiCtx,
@@ -52,10 +56,12 @@ impl State {
             .allow_ip_name_lookup(false)
             .build();
         let label = hooks.label.clone();
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(MAX_RESOURCES);
         State {
             wasi,
             http: WasiHttpCtx::new(),
-            table: ResourceTable::new(),
+            table,
             hooks,
             limiter: MemoryLimiter::new(memory_bytes),
             log: LogSink::new(label),
