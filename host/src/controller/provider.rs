@@ -120,7 +120,7 @@ impl Resolver {
     /// changed), limiter.
     pub async fn resolve(&self, config: &ProviderConfig) -> Result<Provider, ResolveError> {
         let spec = &config.spec;
-        let secrets = self.credentials(config)?;
+        let secrets = credentials(&self.secrets, &self.operator_namespace, config)?;
         let egress =
             EgressPolicy::parse(&spec.allowed_hosts).map_err(ResolveError::AllowedHosts)?;
         let plugin = self
@@ -156,38 +156,124 @@ impl Resolver {
             call,
         })
     }
+}
 
-    fn credentials(
-        &self,
-        config: &ProviderConfig,
-    ) -> Result<BTreeMap<String, String>, ResolveError> {
-        let Some(r) = &config.spec.credentials_secret_ref else {
-            return Ok(BTreeMap::new());
-        };
-        if r.namespace != self.operator_namespace {
-            return Err(ResolveError::SecretNamespace {
-                namespace: r.namespace.clone(),
-                name: r.name.clone(),
-                allowed: self.operator_namespace.clone(),
-            });
+/// Every key of `config`'s credentials Secret, read from `secrets` (the cache of the operator
+/// namespace); nothing when it names none. A Secret outside `operator_namespace` is refused
+/// even if it were cached.
+pub fn credentials(
+    secrets: &Store<Secret>,
+    operator_namespace: &str,
+    config: &ProviderConfig,
+) -> Result<BTreeMap<String, String>, ResolveError> {
+    let Some(r) = &config.spec.credentials_secret_ref else {
+        return Ok(BTreeMap::new());
+    };
+    if r.namespace != operator_namespace {
+        return Err(ResolveError::SecretNamespace {
+            namespace: r.namespace.clone(),
+            name: r.name.clone(),
+            allowed: operator_namespace.to_owned(),
+        });
+    }
+    let secret = secrets
+        .get(&ObjectRef::new(&r.name).within(&r.namespace))
+        .ok_or_else(|| ResolveError::SecretNotFound {
+            namespace: r.namespace.clone(),
+            name: r.name.clone(),
+        })?;
+    let mut out = BTreeMap::new();
+    for (key, value) in secret.data.iter().flatten() {
+        let text = String::from_utf8(value.0.clone()).map_err(|_| ResolveError::SecretNotUtf8 {
+            namespace: r.namespace.clone(),
+            name: r.name.clone(),
+            key: key.clone(),
+        })?;
+        out.insert(key.clone(), text);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{Limits, PluginSource, ProviderConfigSpec, SecretRef};
+    use k8s_openapi::ByteString;
+    use kube::api::ObjectMeta;
+    use kube::runtime::watcher::Event;
+
+    fn config(secret: Option<(&str, &str)>) -> ProviderConfig {
+        ProviderConfig::new(
+            "aws",
+            ProviderConfigSpec {
+                plugin: PluginSource {
+                    path: "ec2.wasm".into(),
+                    sha256: None,
+                },
+                config: BTreeMap::new(),
+                credentials_secret_ref: secret.map(|(namespace, name)| SecretRef {
+                    namespace: namespace.into(),
+                    name: name.into(),
+                }),
+                allowed_hosts: Vec::new(),
+                limits: Limits::default(),
+            },
+        )
+    }
+
+    fn store(secrets: Vec<(&str, &str, Vec<(&str, &[u8])>)>) -> Store<Secret> {
+        let (reader, mut writer) = kube::runtime::reflector::store();
+        for (namespace, name, data) in secrets {
+            let secret = Secret {
+                metadata: ObjectMeta {
+                    name: Some(name.into()),
+                    namespace: Some(namespace.into()),
+                    ..ObjectMeta::default()
+                },
+                data: Some(
+                    data.into_iter()
+                        .map(|(k, v)| (k.to_owned(), ByteString(v.to_vec())))
+                        .collect(),
+                ),
+                ..Secret::default()
+            };
+            writer.apply_watcher_event(&Event::Apply(secret));
         }
-        let secret = self
-            .secrets
-            .get(&ObjectRef::new(&r.name).within(&r.namespace))
-            .ok_or_else(|| ResolveError::SecretNotFound {
-                namespace: r.namespace.clone(),
-                name: r.name.clone(),
-            })?;
-        let mut out = BTreeMap::new();
-        for (key, value) in secret.data.iter().flatten() {
-            let text =
-                String::from_utf8(value.0.clone()).map_err(|_| ResolveError::SecretNotUtf8 {
-                    namespace: r.namespace.clone(),
-                    name: r.name.clone(),
-                    key: key.clone(),
-                })?;
-            out.insert(key.clone(), text);
-        }
-        Ok(out)
+        reader
+    }
+
+    #[test]
+    fn reads_every_key_of_the_secret_in_the_operator_namespace() {
+        let secrets = store(vec![(
+            "ops",
+            "aws",
+            vec![("id", b"AKID"), ("key", b"s3cret")],
+        )]);
+        let creds = credentials(&secrets, "ops", &config(Some(("ops", "aws")))).unwrap();
+        assert_eq!(creds.get("id").map(String::as_str), Some("AKID"));
+        assert_eq!(creds.get("key").map(String::as_str), Some("s3cret"));
+        assert!(
+            credentials(&secrets, "ops", &config(None))
+                .unwrap()
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn refuses_other_namespaces_missing_secrets_and_binary_values() {
+        let secrets = store(vec![
+            ("elsewhere", "aws", vec![("id", b"AKID")]),
+            ("ops", "binary", vec![("key", &[0xff, 0xfe])]),
+        ]);
+        let err = credentials(&secrets, "ops", &config(Some(("elsewhere", "aws")))).unwrap_err();
+        assert_eq!(err.reason(), "SecretNotAllowed");
+        let err = credentials(&secrets, "ops", &config(Some(("ops", "missing")))).unwrap_err();
+        assert_eq!(err.reason(), "SecretNotFound");
+        let err = credentials(&secrets, "ops", &config(Some(("ops", "binary")))).unwrap_err();
+        assert_eq!(err.reason(), "InvalidSecret");
+        assert!(
+            !err.to_string().contains('\u{fffd}'),
+            "the message must not echo the value"
+        );
     }
 }
