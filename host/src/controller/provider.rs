@@ -221,7 +221,10 @@ mod tests {
         )
     }
 
-    fn store(secrets: Vec<(&str, &str, Vec<(&str, &[u8])>)>) -> Store<Secret> {
+    /// `(namespace, name, [(key, value)])`.
+    type SecretFixture<'a> = (&'a str, &'a str, Vec<(&'a str, &'a [u8])>);
+
+    fn store(secrets: Vec<SecretFixture<'_>>) -> Store<Secret> {
         let (reader, mut writer) = kube::runtime::reflector::store();
         for (namespace, name, data) in secrets {
             let secret = Secret {
