@@ -207,15 +207,15 @@ impl Demo {
         let dir = self.dir.path().to_path_buf();
         drop(self);
         eprintln!(
-            "demo: stopped the operator (pid {}), moto and the control plane (pids {}); removed {}",
+            "demo: stopped the operator (pid {}), moto and the control plane (pids {})",
             operator_pid.map_or_else(|| "?".to_owned(), |pid| pid.to_string()),
             control_plane_pids
                 .iter()
                 .map(u32::to_string)
                 .collect::<Vec<_>>()
                 .join(", "),
-            dir.display()
         );
+        eprintln!("demo: removed {}", dir.display());
         Ok(())
     }
 }

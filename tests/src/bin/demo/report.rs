@@ -46,7 +46,8 @@ fn render(s: &Summary<'_>) -> Result<String, std::fmt::Error> {
     let ns = DEMO_NAMESPACE;
     let describe_instances = format!(
         "curl -s {moto}/ -H '{MOTO_EC2_ROUTING}' -d Action=DescribeInstances \
-         -d Version=2016-11-15 | grep -oE '<(instanceId|name)>[^<]+' | paste - -"
+         -d Version=2016-11-15 | grep -oE '<(instanceId|name)>[^<]+' | sed 's/<[^>]*>//' \
+         | paste - -"
     );
     let mut out = String::new();
     writeln!(out)?;
