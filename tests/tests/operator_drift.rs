@@ -57,3 +57,38 @@ async fn terminated_instance_is_recreated_with_an_event() -> anyhow::Result<()> 
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn phase_changes_made_outside_are_mirrored() -> anyhow::Result<()> {
+    let env = Env::new("mirror").await?;
+    let provider = env.standard_provider("aws").await?;
+    let _operator = env
+        .operator()
+        .args_from(["--resync-period", "2s"])
+        .start(operator_bin())?;
+    env.create_vm(&env.vm("stoppable", &provider)).await?;
+    let id = env
+        .wait_ready("stoppable")
+        .await?
+        .status
+        .and_then(|s| s.id)
+        .context("Ready without id")?;
+
+    env.moto.ec2("StopInstances", &[("InstanceId.1", &id)])?;
+    let stopped = env
+        .wait_vm_condition("stoppable", "Ready", "False", Some("Stopped"))
+        .await?;
+    let status = stopped.status.context("no status")?;
+    ensure!(
+        status.phase == Some(vmop::api::VmPhase::Stopped) && status.id.as_deref() == Some(&id),
+        "status after the stop: {status:?}"
+    );
+    let events = env.vm_events("stoppable").await?;
+    ensure!(
+        events
+            .iter()
+            .any(|(reason, note)| reason == "PhaseChanged" && note.contains("Stopped")),
+        "no PhaseChanged event: {events:?}"
+    );
+    Ok(())
+}

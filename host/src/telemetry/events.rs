@@ -1,6 +1,10 @@
 //! Kubernetes Events about vmop's objects, published best effort: an Event that cannot be
 //! written is logged and never fails a reconcile.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::Lookup;
 use kube::{Client, Resource};
@@ -8,11 +12,29 @@ use kube::{Client, Resource};
 /// `reportingController` of every Event vmop writes.
 pub const REPORTER: &str = "vmop.dev/operator";
 
-/// Publishes Events; cheap to clone. Repeats of the same Event within a few minutes are folded
-/// into one Event with a growing `series.count` by kube's [`Recorder`].
+/// How long a [`Recorder`] keeps folding repeats into a series (kube's cache TTL).
+const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
+
+/// Publishes Events; cheap to clone.
+///
+/// Repeats of the same Event (same object, reason, action *and* note) within a few minutes are
+/// folded into one Event with a growing `series.count`. kube's [`Recorder`] alone folds by
+/// reason and action only and keeps the first note, so "is Stopped (was Running)" would show
+/// as a repeat of "is Running (was Provisioning)": one Recorder per distinct note avoids that.
 #[derive(Clone)]
 pub struct EventSink {
-    recorder: Recorder,
+    client: Client,
+    reporter: Reporter,
+    recorders: Arc<Mutex<HashMap<SeriesKey, (Recorder, Instant)>>>,
+}
+
+/// What makes two Events the same series.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct SeriesKey {
+    uid: String,
+    reason: String,
+    action: String,
+    note: String,
 }
 
 impl std::fmt::Debug for EventSink {
@@ -29,7 +51,9 @@ impl EventSink {
             instance,
         };
         EventSink {
-            recorder: Recorder::new(client, reporter),
+            client,
+            reporter,
+            recorders: Arc::default(),
         }
     }
 
@@ -61,7 +85,14 @@ impl EventSink {
             secondary: None,
         };
         let reference = obj.object_ref(&());
-        if let Err(error) = self.recorder.publish(&event, &reference).await {
+        let key = SeriesKey {
+            uid: reference.uid.clone().unwrap_or_default(),
+            reason: event.reason.clone(),
+            action: event.action.clone(),
+            note: event.note.clone().unwrap_or_default(),
+        };
+        let recorder = self.recorder_for(key);
+        if let Err(error) = recorder.publish(&event, &reference).await {
             tracing::warn!(
                 error = %chain(&error),
                 reason,
@@ -69,6 +100,26 @@ impl EventSink {
                 "failed to publish an Event"
             );
         }
+    }
+}
+
+impl EventSink {
+    /// The Recorder of one series, new if the series is new or has expired.
+    fn recorder_for(&self, key: SeriesKey) -> Recorder {
+        let now = Instant::now();
+        let mut recorders = self
+            .recorders
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        recorders.retain(|_, (_, used)| now.duration_since(*used) < SERIES_WINDOW);
+        let (recorder, used) = recorders.entry(key).or_insert_with(|| {
+            (
+                Recorder::new(self.client.clone(), self.reporter.clone()),
+                now,
+            )
+        });
+        *used = now;
+        recorder.clone()
     }
 }
 
