@@ -53,8 +53,8 @@ eval "$exports"
 
 say "building vmop and the demo (the first build compiles the workspace and the wasm plugins:"
 say "  minutes; cargo shows its progress)"
-with_progress "building vmop" cargo build -p vmop --bin vmop
-with_progress "building the demo" cargo build -p vmop-tests --bin demo
+with_progress "building vmop and the demo" \
+  cargo build -p vmop --bin vmop -p vmop-tests --bin demo
 say "ready to run after $((SECONDS - begun)) s of preparation"
 
 # `exec`: the demo takes this process's place, so Ctrl-C and SIGTERM reach it directly and it

@@ -236,8 +236,7 @@ async fn wait_running(
         if let Some(status) = operator.exited()? {
             bail!(
                 "the operator exited ({status}) before the VirtualMachines were Running; the end \
-                 of {}:\n{}",
-                operator.log_path().display(),
+                 of its log (removed with the demo's files):\n{}",
                 operator.log_tail()
             );
         }
@@ -269,8 +268,7 @@ async fn wait_running(
             };
             bail!(
                 "the VirtualMachines were not all Running within {timeout:?}:\n{seen}\nthe end of \
-                 the operator's log {}:\n{}",
-                operator.log_path().display(),
+                 the operator's log (removed with the demo's files):\n{}",
                 operator.log_tail()
             );
         }
