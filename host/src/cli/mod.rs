@@ -10,7 +10,11 @@ use clap::{Parser, Subcommand};
 use crate::telemetry::logging::LogFormat;
 
 #[derive(Debug, Parser)]
-#[command(name = "vmop", version, about = "Virtual machines on external clouds, through WebAssembly provider plugins")]
+#[command(
+    name = "vmop",
+    version,
+    about = "Virtual machines on external clouds, through WebAssembly provider plugins"
+)]
 pub struct Cli {
     /// Log format: `json` for production, `text` for terminals.
     #[arg(long, env = "VMOP_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
