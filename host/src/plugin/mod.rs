@@ -13,6 +13,7 @@ pub mod cache;
 mod component;
 pub mod egress;
 pub mod engine;
+mod files;
 mod output;
 pub mod registry;
 pub mod sandbox;

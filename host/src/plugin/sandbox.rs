@@ -177,7 +177,8 @@ pub(crate) async fn call<E: Export>(
                 let guest = plugin.vmop_provider_provider();
                 export.invoke(guest, &mut store).await
             }
-            Err(e) if !store.data().limiter.hit => {
+            // A memory cap or deadline hit while the guest initialises is still the guest's.
+            Err(e) if !store.data().limiter.hit && !e.is::<DeadlineReached>() => {
                 return Err(CallError::Instantiate {
                     op,
                     source: e.into(),
