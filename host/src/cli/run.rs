@@ -121,7 +121,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             "failed to open the plugin directory {}",
             args.plugin_dir.display()
         )
-    })?;
+    })?
+    .with_metrics(metrics.clone());
     let watcher = registry.watch(args.plugin_poll_interval);
 
     let mut options = Options::new(operator_namespace.clone());

@@ -22,12 +22,19 @@
 //! file that changed into something that does not load stops being served. Each swap or
 //! failure is announced on [`PluginRegistry::subscribe`], so the controller can re-enqueue
 //! the VMs of the ProviderConfigs using that path.
+//!
+//! # Metrics
+//!
+//! With [`PluginRegistry::with_metrics`], every load that did real work (read, verify, compile
+//! or map from the disk cache, `info()`) and every failed load is recorded in
+//! `vmop_plugin_load_seconds`; loads answered from memory (unchanged file, known digest) are not,
+//! so the histogram shows what loading costs rather than how often the controller asks.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 use tokio::sync::broadcast;
@@ -39,6 +46,7 @@ use super::component::Plugin;
 use super::engine::{PluginEngine, WasmError};
 use super::files::{FileStamp, check_pin, parse_pin, relative, wit_compatible};
 use super::sandbox::{CallContext, CallError, CallLimits};
+use crate::telemetry::metrics::{LoadOutcome, Metrics};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -136,6 +144,16 @@ struct Inner {
     compiled: AtomicU64,
     disk_hits: AtomicU64,
     digest_hits: AtomicU64,
+    metrics: OnceLock<Metrics>,
+}
+
+/// Whether a successful load did real work or was answered from memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Served {
+    /// Read, verified, compiled or mapped, and `info()` called.
+    Loaded,
+    /// The file was unchanged, or its digest already loaded.
+    Memory,
 }
 
 #[derive(Debug, Default)]
@@ -177,8 +195,16 @@ impl PluginRegistry {
                 compiled: AtomicU64::new(0),
                 disk_hits: AtomicU64::new(0),
                 digest_hits: AtomicU64::new(0),
+                metrics: OnceLock::new(),
             }),
         })
+    }
+
+    /// Records loads into `metrics` (see the module docs). A registry records into one
+    /// `Metrics`: the first call wins, later ones are ignored.
+    pub fn with_metrics(self, metrics: Metrics) -> Self {
+        let _ = self.inner.metrics.set(metrics);
+        self
     }
 
     pub fn engine(&self) -> &Arc<PluginEngine> {
@@ -213,7 +239,18 @@ impl PluginRegistry {
         path: impl AsRef<Path>,
         pin: Option<&str>,
     ) -> Result<Arc<Plugin>, LoadError> {
-        let rel = relative(path.as_ref())?;
+        let started = Instant::now();
+        let result = self.load_served(path.as_ref(), pin).await;
+        self.record_load(&result, started);
+        result.map(|(plugin, _)| plugin)
+    }
+
+    async fn load_served(
+        &self,
+        path: &Path,
+        pin: Option<&str>,
+    ) -> Result<(Arc<Plugin>, Served), LoadError> {
+        let rel = relative(path)?;
         let pin = pin.map(parse_pin).transpose()?;
         let full = self.resolve(&rel)?;
         let stamp = FileStamp::of(&full)
@@ -229,7 +266,7 @@ impl PluginRegistry {
             {
                 check_pin(pin.as_deref(), loaded.plugin.digest())?;
                 loaded.pin = pin;
-                return Ok(loaded.plugin.clone());
+                return Ok((loaded.plugin.clone(), Served::Memory));
             }
         }
         self.reload(&rel, &full, stamp, pin).await
@@ -258,6 +295,7 @@ impl PluginRegistry {
             if now == Some(stamp) {
                 continue;
             }
+            let started = Instant::now();
             let result = match (self.resolve(&rel), now) {
                 (Ok(full), Some(now)) => self.reload(&rel, &full, now, pin).await,
                 (Err(e), _) => Err(e),
@@ -266,9 +304,10 @@ impl PluginRegistry {
                     source: std::io::ErrorKind::NotFound.into(),
                 }),
             };
+            self.record_load(&result, started);
             match result {
                 // `reload` announced the swap already.
-                Ok(plugin) if plugin.digest() != digest => events.push(PluginEvent {
+                Ok((plugin, _)) if plugin.digest() != digest => events.push(PluginEvent {
                     path: rel,
                     digest: Some(plugin.digest().to_string()),
                     error: None,
@@ -304,6 +343,14 @@ impl PluginRegistry {
         })
     }
 
+    fn record_load(&self, result: &Result<(Arc<Plugin>, Served), LoadError>, started: Instant) {
+        if let Some(metrics) = self.inner.metrics.get()
+            && !matches!(result, Ok((_, Served::Memory)))
+        {
+            metrics.plugin_load(LoadOutcome::of(result), started.elapsed());
+        }
+    }
+
     fn tables(&self) -> MutexGuard<'_, Tables> {
         self.inner.tables.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -330,7 +377,7 @@ impl PluginRegistry {
         full: &Path,
         stamp: FileStamp,
         pin: Option<String>,
-    ) -> Result<Arc<Plugin>, LoadError> {
+    ) -> Result<(Arc<Plugin>, Served), LoadError> {
         let bytes = tokio::fs::read(full)
             .await
             .map_err(|source| LoadError::Read {
@@ -342,7 +389,7 @@ impl PluginRegistry {
             self.tables().by_path.remove(rel);
             return Err(e);
         }
-        let plugin = self.plugin_for(rel, bytes, digest).await?;
+        let (plugin, served) = self.plugin_for(rel, bytes, digest).await?;
         let previous = self.tables().by_path.insert(
             rel.to_path_buf(),
             Loaded {
@@ -361,7 +408,7 @@ impl PluginRegistry {
                 error: None,
             });
         }
-        Ok(plugin)
+        Ok((plugin, served))
     }
 
     /// The one `Plugin` of `digest`, compiled (or deserialized) and initialised if new.
@@ -370,12 +417,12 @@ impl PluginRegistry {
         rel: &Path,
         bytes: Vec<u8>,
         digest: String,
-    ) -> Result<Arc<Plugin>, LoadError> {
+    ) -> Result<(Arc<Plugin>, Served), LoadError> {
         let inner = &self.inner;
         let _compiling = inner.compiling.lock().await;
         if let Some(plugin) = self.tables().by_digest.get(&digest) {
             inner.digest_hits.fetch_add(1, Ordering::Relaxed);
-            return Ok(plugin.clone());
+            return Ok((plugin.clone(), Served::Memory));
         }
         let component = self.compile(rel, bytes, &digest).await?;
         let info_ctx = CallContext {
@@ -402,7 +449,7 @@ impl PluginRegistry {
         }
         let plugin = Arc::new(plugin);
         self.tables().by_digest.insert(digest, plugin.clone());
-        Ok(plugin)
+        Ok((plugin, Served::Loaded))
     }
 
     async fn compile(
