@@ -21,6 +21,7 @@ use crate::telemetry::events::chain;
 const MIN_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 pub fn vm(vm: Arc<VirtualMachine>, error: &Error, ctx: Arc<Context>) -> Action {
+    let _span = super::vm_span(&vm).entered();
     let key = ObjectRef::from(&*vm);
     let action = action(error.retry(), &ctx, || ctx.vm_backoffs.next(&key));
     tracing::warn!(
@@ -34,6 +35,7 @@ pub fn vm(vm: Arc<VirtualMachine>, error: &Error, ctx: Arc<Context>) -> Action {
 }
 
 pub fn provider_config(pc: Arc<ProviderConfig>, error: &Error, ctx: Arc<Context>) -> Action {
+    let _span = super::provider_config_span(&pc).entered();
     let key = ObjectRef::from(&*pc);
     let action = action(error.retry(), &ctx, || ctx.pc_backoffs.next(&key));
     tracing::warn!(

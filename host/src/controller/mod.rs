@@ -29,7 +29,8 @@ use kube::runtime::Predicate;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector::{self, store::WriterDropped};
 use kube::runtime::{WatchStreamExt, predicates, watcher};
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
+use tracing::Instrument;
 
 pub use context::{Context, Options};
 
@@ -38,6 +39,7 @@ use crate::plugin::PluginRegistry;
 use crate::telemetry::events::{EventSink, chain};
 use crate::telemetry::health::Readiness;
 use crate::telemetry::metrics::{ControllerKind, Metrics, PhaseCounts, ReconcileResult};
+use crate::telemetry::spans::reconcile_span;
 use backoff::Backoffs;
 use error::{Error, Retry};
 use index::VmIndex;
@@ -214,7 +216,8 @@ async fn reconcile_vm(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Acti
     let guard = ctx
         .metrics
         .reconcile_started(ControllerKind::VirtualMachine);
-    let result = vm::reconcile(vm, ctx.clone()).await;
+    let span = vm_span(&vm);
+    let result = vm::reconcile(vm, ctx.clone()).instrument(span).await;
     guard.finish(ReconcileResult::of(&result), is_terminal(&result));
     result
 }
@@ -226,9 +229,29 @@ async fn reconcile_provider_config(
     let guard = ctx
         .metrics
         .reconcile_started(ControllerKind::ProviderConfig);
-    let result = provider_config::reconcile(pc, ctx.clone()).await;
+    let span = provider_config_span(&pc);
+    let result = provider_config::reconcile(pc, ctx.clone())
+        .instrument(span)
+        .await;
     guard.finish(ReconcileResult::of(&result), is_terminal(&result));
     result
+}
+
+/// The span of a VirtualMachine's reconcile (and of its error policy).
+fn vm_span(vm: &VirtualMachine) -> tracing::Span {
+    reconcile_span(
+        ControllerKind::VirtualMachine,
+        vm.metadata.namespace.as_deref(),
+        &vm.name_any(),
+        Some(&vm.spec.provider_config_ref.name),
+    )
+}
+
+/// The span of a ProviderConfig's reconcile (and of its error policy); cluster-scoped, so no
+/// namespace, and the object is the provider config itself.
+fn provider_config_span(pc: &ProviderConfig) -> tracing::Span {
+    let name = pc.name_any();
+    reconcile_span(ControllerKind::ProviderConfig, None, &name, Some(&name))
 }
 
 /// An error that is not retried until something changes (controller-runtime's terminal error).
