@@ -168,7 +168,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 /// Runs `work` while this process holds the leader Lease. A standby replica is ready (it can
 /// take over at any time). Losing the Lease ends the process with an error, as
 /// controller-runtime does, so that a restart campaigns again from a clean state; `shutdown`
-/// stops the work gracefully and releases the Lease for a fast hand-over.
+/// stops the work gracefully. Work that ends, with or without an error, releases the Lease for
+/// a fast hand-over.
 async fn lead<W, F, E>(
     elector: LeaderElector,
     readiness: Readiness,
@@ -200,8 +201,14 @@ where
     };
     tokio::select! {
         result = work(shutdown.clone().boxed()) => {
+            // The controllers have stopped either way: hand the Lease over now rather than
+            // make a standby wait for it to expire, then report the work's own error first.
+            let released = leadership.release().await;
+            if let (Err(_), Err(e)) = (&result, &released) {
+                tracing::warn!(error = %crate::telemetry::events::chain(e), "failed to release the leader Lease");
+            }
             result?;
-            leadership.release().await?;
+            released?;
             Ok(())
         }
         () = lost => {
