@@ -1,5 +1,6 @@
 //! The operator end to end: ProviderConfig + Secret + VirtualMachine → a real instance in moto
-//! through the real EC2 plugin → Ready; `kubectl get` columns; deletion terminates the instance.
+//! through the real EC2 plugin → Ready; `kubectl get` columns; deletion terminates the instance;
+//! the operator's `/metrics` counts the reconciles, plugin calls and loads, and VMs per phase.
 
 use std::path::Path;
 
@@ -7,7 +8,7 @@ use anyhow::{Context as _, ensure};
 use kube::api::DeleteParams;
 use kube::{Api, ResourceExt};
 use vmop::api::{ConnectionConfigMap, DeletionPolicy, ProviderConfig, VmPhase};
-use vmop_tests::operator::{Env, wait_for};
+use vmop_tests::operator::{Env, Scrape, wait_for};
 
 fn operator_bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_vmop-operator"))
@@ -18,7 +19,24 @@ async fn vm_becomes_ready_shows_columns_and_deletion_terminates_the_instance() -
 {
     let env = Env::new("lifecycle").await?;
     let provider = env.standard_provider("aws").await?;
-    let _operator = env.operator().start(operator_bin())?;
+    let operator = env.operator().start(operator_bin())?;
+    let before = operator.metrics().await?;
+    let vm_successes = |m: &Scrape| {
+        m.sum(
+            "controller_runtime_reconcile_total",
+            &[("controller", "virtualmachine"), ("result", "success")],
+        )
+    };
+    let calls = |m: &Scrape, operation: &str| {
+        m.sum(
+            "vmop_provider_calls_total",
+            &[
+                ("provider_config", provider.as_str()),
+                ("operation", operation),
+                ("outcome", "ok"),
+            ],
+        )
+    };
 
     let mut vm = env.vm("web", &provider);
     vm.spec.connection_config_map = Some(ConnectionConfigMap {
@@ -52,6 +70,11 @@ async fn vm_becomes_ready_shows_columns_and_deletion_terminates_the_instance() -
         "no finalizer on {:?}",
         ready.finalizers()
     );
+    operator
+        .wait_metrics("vmop_virtual_machines counts a Running VM", |m| {
+            m.sum("vmop_virtual_machines", &[("phase", "Running")]) >= 1.0
+        })
+        .await?;
 
     // `kubectl get vm` shows the printer columns with the observed values.
     let output = env
@@ -128,6 +151,23 @@ async fn vm_becomes_ready_shows_columns_and_deletion_terminates_the_instance() -
     ensure!(
         env.live_instances(&uid)?.is_empty(),
         "live instances remain for {uid}"
+    );
+
+    // The counters moved: the deletion's last reconcile succeeded (the create's ones requeue),
+    // create and get reached the plugin, the deleted VM is no longer counted, and the plugin
+    // was loaded (not just found in memory).
+    let after = operator
+        .wait_metrics("the lifecycle's reconciles and calls counted", |m| {
+            vm_successes(m) > vm_successes(&before)
+                && calls(m, "create") > calls(&before, "create")
+                && calls(m, "get") > calls(&before, "get")
+                && m.sum("vmop_virtual_machines", &[("phase", "Running")]) == 0.0
+        })
+        .await?;
+    ensure!(
+        after.sum("vmop_plugin_load_seconds_count", &[("outcome", "ok")]) >= 1.0,
+        "no plugin load recorded:\n{}",
+        after.text
     );
     Ok(())
 }

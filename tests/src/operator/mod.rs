@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 mod process;
+pub mod scrape;
 
 use std::time::Duration;
 
@@ -24,6 +25,7 @@ use vmop::api::{
 };
 
 pub use process::{Operator, OperatorArgs, ProviderCall};
+pub use scrape::Scrape;
 
 use crate::controlplane::ControlPlane;
 use crate::moto::{AwsCredentials, Moto};

@@ -1,6 +1,7 @@
 //! `vmop run` as a child process: started with its JSON log in a file, killed when dropped or
 //! when the test process dies, and its plugin calls counted from the log.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
@@ -8,6 +9,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 
 use super::DEADLINE;
+use super::scrape::{Scrape, scrape};
 
 /// How to start an [`Operator`].
 #[derive(Debug, Clone)]
@@ -60,7 +62,7 @@ impl OperatorArgs {
             .stdout(Stdio::null())
             .stderr(log)
             .kill_on_drop(true);
-        die_with_parent(&mut command);
+        crate::child::die_with_parent(command.as_std_mut(), crate::child::Group::Inherit);
         let child = command
             .spawn()
             .with_context(|| format!("failed to start {}", bin.display()))?;
@@ -69,20 +71,6 @@ impl OperatorArgs {
             log_path,
             _log_dir: log_dir,
         })
-    }
-}
-
-#[allow(unsafe_code)]
-fn die_with_parent(command: &mut tokio::process::Command) {
-    // SAFETY: the closure runs between fork and exec and only calls the async-signal-safe
-    // `prctl`; it allocates only on the error path, where the child is discarded.
-    unsafe {
-        command.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
     }
 }
 
@@ -164,6 +152,62 @@ impl Operator {
             .into_iter()
             .filter(|c| c.vm.rsplit('/').next() == Some(name))
             .collect()
+    }
+
+    /// Where the operator serves `/metrics` (it binds a free port), from the log line announcing
+    /// it; waits for that line.
+    pub async fn metrics_addr(&self) -> anyhow::Result<SocketAddr> {
+        let deadline = tokio::time::Instant::now() + DEADLINE;
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        loop {
+            tick.tick().await;
+            let addr = self.log().lines().find_map(|line| {
+                let v = serde_json::from_str::<serde_json::Value>(line).ok()?;
+                let fields = v.get("fields")?;
+                if fields.get("message")?.as_str()? != "serving /metrics, /healthz and /readyz" {
+                    return None;
+                }
+                fields.get("local_addr")?.as_str()?.parse().ok()
+            });
+            if let Some(addr) = addr {
+                return Ok(addr);
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!(
+                    "the operator never logged its metrics address; log:\n{}",
+                    self.log()
+                );
+            }
+        }
+    }
+
+    /// Scrapes `/metrics` until `condition` holds for the scrape.
+    pub async fn wait_metrics(
+        &self,
+        what: &str,
+        condition: impl Fn(&Scrape) -> bool,
+    ) -> anyhow::Result<Scrape> {
+        let addr = self.metrics_addr().await?;
+        let deadline = tokio::time::Instant::now() + DEADLINE;
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        loop {
+            tick.tick().await;
+            let metrics = scrape(addr).await?;
+            if condition(&metrics) {
+                return Ok(metrics);
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!(
+                    "the operator's metrics never satisfied: {what}; last scrape:\n{}",
+                    metrics.text
+                );
+            }
+        }
+    }
+
+    /// One scrape of `/metrics`.
+    pub async fn metrics(&self) -> anyhow::Result<Scrape> {
+        scrape(self.metrics_addr().await?).await
     }
 
     /// Waits until `condition` holds for the logged plugin calls, polling the log file.
