@@ -2,6 +2,7 @@
 //! built from Go modules), a real EC2 API (moto), and the guest `.wasm` files built from
 //! `providers/` and `tests/fixtures/guests/`.
 
+pub mod child;
 pub mod controlplane;
 pub mod moto;
 pub mod operator;

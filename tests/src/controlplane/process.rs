@@ -8,7 +8,6 @@
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
@@ -57,7 +56,7 @@ impl Process {
             .stdin(Stdio::null())
             .stdout(stdout)
             .stderr(stderr);
-        die_with_parent(&mut command);
+        crate::child::die_with_parent(&mut command, crate::child::Group::Inherit);
         let child = spawn_on_keeper_thread(command).and_then(|spawned| {
             spawned.map_err(|source| ProcessError::Spawn {
                 program: program.to_path_buf(),
@@ -120,26 +119,6 @@ pub fn log_tail(path: &Path) -> String {
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     };
     read().unwrap_or_else(|error| format!("<cannot read {}: {error}>", path.display()))
-}
-
-/// Asks the kernel to SIGKILL the child when the forking thread dies; the child exits at once
-/// if this process already died between fork and `prctl`.
-#[allow(unsafe_code)]
-fn die_with_parent(command: &mut Command) {
-    let parent = std::process::id();
-    // SAFETY: the closure runs between fork and exec and only calls the async-signal-safe
-    // `prctl` and `getppid`; it allocates only on the error path, where the child is discarded.
-    unsafe {
-        command.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            if u32::try_from(libc::getppid()).ok() != Some(parent) {
-                return Err(io::Error::other("the parent exited before exec"));
-            }
-            Ok(())
-        });
-    }
 }
 
 type SpawnRequest = (Command, mpsc::Sender<io::Result<Child>>);

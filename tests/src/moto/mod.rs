@@ -11,7 +11,6 @@
 use std::fmt;
 use std::io;
 use std::net::{Ipv4Addr, TcpListener};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Mutex, PoisonError};
@@ -229,7 +228,7 @@ impl Moto {
             if let Some(count) = no_auth_count {
                 command.env("INITIAL_NO_AUTH_ACTION_COUNT", count.to_string());
             }
-            die_with_parent(&mut command);
+            crate::child::die_with_parent(&mut command, crate::child::Group::Inherit);
             let child = command.spawn().map_err(|source| MotoError::Spawn {
                 program: program.clone(),
                 source,
@@ -320,26 +319,6 @@ fn moto_server() -> Result<PathBuf, MotoError> {
         .map(|dir| dir.join("moto_server"))
         .find(|candidate| candidate.is_file())
         .ok_or(MotoError::NotInstalled)
-}
-
-/// Asks the kernel to kill moto when the thread that started it exits, so a test that panics or
-/// is killed leaves no server behind; moto exits at once if the parent is already gone.
-#[allow(unsafe_code)]
-fn die_with_parent(command: &mut Command) {
-    let parent = std::process::id();
-    // SAFETY: the closure runs between fork and exec and only calls the async-signal-safe
-    // `prctl` and `getppid`; it allocates only on the error path, where the child is discarded.
-    unsafe {
-        command.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            if u32::try_from(libc::getppid()).ok() != Some(parent) {
-                return Err(io::Error::other("the parent exited before exec"));
-            }
-            Ok(())
-        });
-    }
 }
 
 #[cfg(test)]

@@ -61,7 +61,7 @@ impl Launch<'_> {
             .stdout(stdout)
             .stderr(log)
             .kill_on_drop(true);
-        detach_and_die_with_parent(&mut command);
+        vmop_tests::child::die_with_parent(command.as_std_mut(), vmop_tests::child::Group::Own);
         let child = command
             .spawn()
             .with_context(|| format!("failed to start {}", self.bin.display()))?;
@@ -140,27 +140,4 @@ fn terminate(pid: u32) {
     // SAFETY: `kill` has no memory-safety preconditions; `pid` is our own unreaped child, so
     // the id cannot have been reused by another process.
     let _ = unsafe { libc::kill(pid, libc::SIGTERM) };
-}
-
-/// Puts the child in its own process group and asks the kernel to SIGKILL it when the forking
-/// thread dies.
-#[allow(unsafe_code)]
-fn detach_and_die_with_parent(command: &mut tokio::process::Command) {
-    let parent = std::process::id();
-    // SAFETY: the closure runs between fork and exec and only calls the async-signal-safe
-    // `setpgid`, `prctl` and `getppid`; it allocates only on the error path, where the child is
-    // discarded.
-    unsafe {
-        command.pre_exec(move || {
-            if libc::setpgid(0, 0) != 0 || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            if u32::try_from(libc::getppid()).ok() != Some(parent) {
-                return Err(io::Error::other(
-                    "the demo exited before the operator started",
-                ));
-            }
-            Ok(())
-        });
-    }
 }
