@@ -35,6 +35,19 @@ pub enum Command {
     Plugin(plugin::PluginCommand),
 }
 
+impl Cli {
+    /// Installs logging and runs the chosen subcommand: everything `main` does after parsing.
+    /// Shared by the `vmop` binary and the test package's copy of it.
+    pub async fn execute(self) -> anyhow::Result<()> {
+        crate::telemetry::logging::init(self.log_format)?;
+        match self.command {
+            Command::Run(args) => run::run(args).await,
+            Command::Crds => crds::print(),
+            Command::Plugin(args) => plugin::run(args).await,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use clap::CommandFactory;
