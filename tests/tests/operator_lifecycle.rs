@@ -169,6 +169,23 @@ async fn vm_becomes_ready_shows_columns_and_deletion_terminates_the_instance() -
         "no plugin load recorded:\n{}",
         after.text
     );
+
+    // The plugin calls were logged inside the VM's reconcile span.
+    let log = operator.log();
+    let create = log
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find(|v| v["target"] == "vmop::provider_call" && v["fields"]["op"] == "create")
+        .with_context(|| format!("no create call logged:\n{log}"))?;
+    let span = &create["span"];
+    ensure!(
+        span["name"] == "reconcile"
+            && span["controller"] == "virtualmachine"
+            && span["namespace"] == env.namespace.as_str()
+            && span["object"] == "web"
+            && span["provider_config"] == provider.as_str(),
+        "the create call was not logged in the VM's reconcile span: {create}"
+    );
     Ok(())
 }
 
