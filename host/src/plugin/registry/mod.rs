@@ -1,0 +1,184 @@
+//! [`PluginRegistry`]: plugin files from the plugin directory, verified, compiled once per
+//! digest, kept current when the files change.
+//!
+//! # Guarantees
+//!
+//! - A path must stay inside the plugin directory, after following symlinks.
+//! - With a pin, a file whose sha256 differs is refused ([`LoadError::DigestMismatch`]) and any
+//!   earlier version of that path stops being served.
+//! - One [`Plugin`] per digest: loading the same content again (another path, another
+//!   ProviderConfig, a file touched without changes) reuses it ([`RegistryStats::digest_hits`]).
+//! - Compilation runs on the blocking pool, never on the caller's async worker; a precompiled
+//!   artifact from the [`ArtifactCache`] replaces it when this process wrote one.
+//! - `info()` is called once per digest; its `wit_version` must have the host's major.minor.
+//!
+//! # Changes
+//!
+//! Every `load` compares the file's metadata (size, mtime, inode) with what was loaded and
+//! re-reads it when they differ. [`PluginRegistry::watch`] does the same for every loaded path
+//! periodically (polling works on every volume type, including ConfigMap symlink swaps, where
+//! inotify is unreliable). A changed file is loaded and swapped in atomically: the path then
+//! resolves to the new `Plugin`, while calls holding the old `Arc<Plugin>` finish on it. A
+//! file that changed into something that does not load stops being served. Each swap or
+//! failure is announced on [`PluginRegistry::subscribe`], so the controller can re-enqueue
+//! the VMs of the ProviderConfigs using that path.
+//!
+//! # Metrics
+//!
+//! With [`PluginRegistry::with_metrics`], every load that did real work (read, verify, compile
+//! or map from the disk cache, `info()`) and every failed load is recorded in
+//! `vmop_plugin_load_seconds`; loads answered from memory (unchanged file, known digest) are not,
+//! so the histogram shows what loading costs rather than how often the controller asks.
+//!
+//! # Layout
+//!
+//! - this module: the registry's state and its read-only API;
+//! - [`load`]: loading one path (resolve, verify, compile, `info()`);
+//! - [`watch`]: change detection and [`PluginEvent`]s;
+//! - [`error`]: the [`LoadError`] of every step.
+
+mod error;
+mod load;
+mod watch;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use tokio::sync::broadcast;
+
+pub use error::LoadError;
+pub use watch::PluginEvent;
+
+use super::cache::ArtifactCache;
+use super::component::Plugin;
+use super::engine::PluginEngine;
+use super::files::{FileStamp, relative};
+use super::sandbox::CallLimits;
+use crate::telemetry::metrics::Metrics;
+
+/// Counters that make the registry's caching observable.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RegistryStats {
+    /// Components compiled from wasm.
+    pub compiled: u64,
+    /// Components deserialized from this process's precompiled artifacts.
+    pub disk_hits: u64,
+    /// Loads answered by an already-loaded digest.
+    pub digest_hits: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct RegistryConfig {
+    pub plugin_dir: PathBuf,
+    /// Where precompiled artifacts go; `None` disables the disk cache.
+    pub cache_dir: Option<PathBuf>,
+    /// Limits of the `info()` call made at load.
+    pub info_limits: CallLimits,
+}
+
+/// The plugins of one plugin directory. Cheap to clone (shared state).
+#[derive(Debug, Clone)]
+pub struct PluginRegistry {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    engine: Arc<PluginEngine>,
+    dir: PathBuf,
+    cache: Option<ArtifactCache>,
+    info_limits: CallLimits,
+    tables: Mutex<Tables>,
+    /// One compilation at a time: they are CPU-bound, and a second load of the same digest
+    /// waiting here finds the first one's result.
+    compiling: tokio::sync::Mutex<()>,
+    events: broadcast::Sender<PluginEvent>,
+    compiled: AtomicU64,
+    disk_hits: AtomicU64,
+    digest_hits: AtomicU64,
+    metrics: OnceLock<Metrics>,
+}
+
+/// Whether a successful load did real work or was answered from memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Served {
+    /// Read, verified, compiled or mapped, and `info()` called.
+    Loaded,
+    /// The file was unchanged, or its digest already loaded.
+    Memory,
+}
+
+#[derive(Debug, Default)]
+struct Tables {
+    by_digest: HashMap<String, Arc<Plugin>>,
+    by_path: HashMap<PathBuf, Loaded>,
+}
+
+#[derive(Debug)]
+struct Loaded {
+    plugin: Arc<Plugin>,
+    stamp: FileStamp,
+    pin: Option<String>,
+}
+
+impl PluginRegistry {
+    /// A registry over `config.plugin_dir` (which must exist). A cache directory that cannot
+    /// be created disables the disk cache with a warning rather than failing.
+    pub fn new(engine: Arc<PluginEngine>, config: RegistryConfig) -> Result<Self, LoadError> {
+        let dir = std::fs::canonicalize(&config.plugin_dir)
+            .map_err(LoadError::read(&config.plugin_dir))?;
+        let cache = config.cache_dir.as_deref().and_then(|d| {
+            ArtifactCache::new(d, engine.engine())
+                .inspect_err(|e| tracing::warn!(error = %e, "plugin artifact cache disabled"))
+                .ok()
+        });
+        let (events, _) = broadcast::channel(64);
+        Ok(PluginRegistry {
+            inner: Arc::new(Inner {
+                engine,
+                dir,
+                cache,
+                info_limits: config.info_limits,
+                tables: Mutex::default(),
+                compiling: tokio::sync::Mutex::new(()),
+                events,
+                compiled: AtomicU64::new(0),
+                disk_hits: AtomicU64::new(0),
+                digest_hits: AtomicU64::new(0),
+                metrics: OnceLock::new(),
+            }),
+        })
+    }
+
+    /// Records loads into `metrics` (see the module docs). A registry records into one
+    /// `Metrics`: the first call wins, later ones are ignored.
+    pub fn with_metrics(self, metrics: Metrics) -> Self {
+        let _ = self.inner.metrics.set(metrics);
+        self
+    }
+
+    pub fn engine(&self) -> &Arc<PluginEngine> {
+        &self.inner.engine
+    }
+
+    pub fn stats(&self) -> RegistryStats {
+        let i = &self.inner;
+        RegistryStats {
+            compiled: i.compiled.load(Ordering::Relaxed),
+            disk_hits: i.disk_hits.load(Ordering::Relaxed),
+            digest_hits: i.digest_hits.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The plugin currently served for `path`, without touching the file.
+    pub fn get(&self, path: impl AsRef<Path>) -> Option<Arc<Plugin>> {
+        let rel = relative(path.as_ref()).ok()?;
+        self.tables().by_path.get(&rel).map(|l| l.plugin.clone())
+    }
+
+    fn tables(&self) -> MutexGuard<'_, Tables> {
+        self.inner.tables.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
