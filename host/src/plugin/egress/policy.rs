@@ -1,5 +1,5 @@
-//! Outbound HTTP policy: the `allowedHosts` allowlist and the `wasi:http` send hook that
-//! enforces it.
+//! [`EgressPolicy`]: the `allowedHosts` allowlist, parsed once and matched against each
+//! outbound request's URI.
 //!
 //! # Allowlist entries
 //!
@@ -21,16 +21,7 @@
 //! that resolves to loopback or a link-local address is reached. The allowlist is the
 //! administrator's statement of trust in those names.
 
-use std::fmt;
-use std::pin::Pin;
-use std::task::{Context, Poll, ready};
-use std::time::{Duration, Instant};
-
-use bytes::Bytes;
 use http::Uri;
-use http_body::{Body, Frame, SizeHint};
-use http_body_util::BodyExt;
-use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
 
 /// A parsed `allowedHosts` list. The default allows nothing.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -52,6 +43,17 @@ enum Scheme {
 }
 
 impl Scheme {
+    /// `http` or `https`, in any case.
+    fn parse(s: &str) -> Option<Scheme> {
+        if s.eq_ignore_ascii_case("http") {
+            Some(Scheme::Http)
+        } else if s.eq_ignore_ascii_case("https") {
+            Some(Scheme::Https)
+        } else {
+            None
+        }
+    }
+
     fn default_port(self) -> u16 {
         match self {
             Scheme::Http => 80,
@@ -101,10 +103,8 @@ impl EgressPolicy {
     /// Whether a request to `uri` may leave the sandbox. A URI without a host, or with a scheme
     /// other than http/https, is never allowed.
     pub fn allows(&self, uri: &Uri) -> bool {
-        let scheme = match uri.scheme_str() {
-            Some(s) if s.eq_ignore_ascii_case("http") => Scheme::Http,
-            Some(s) if s.eq_ignore_ascii_case("https") => Scheme::Https,
-            _ => return false,
+        let Some(scheme) = uri.scheme_str().and_then(Scheme::parse) else {
+            return false;
         };
         let Some(host) = uri.host() else {
             return false;
@@ -133,9 +133,10 @@ fn parse_rule(entry: &str) -> Result<Rule, EgressParseError> {
     };
     let trimmed = entry.trim();
     let (scheme, rest) = match trimmed.split_once("://") {
-        Some((s, rest)) if s.eq_ignore_ascii_case("http") => (Scheme::Http, rest),
-        Some((s, rest)) if s.eq_ignore_ascii_case("https") => (Scheme::Https, rest),
-        Some(_) => return Err(err("scheme must be http or https")),
+        Some((s, rest)) => (
+            Scheme::parse(s).ok_or_else(|| err("scheme must be http or https"))?,
+            rest,
+        ),
         None => (Scheme::Https, trimmed),
     };
     let rest = rest.strip_suffix('/').unwrap_or(rest);
@@ -195,120 +196,6 @@ fn is_dns_name(s: &str) -> bool {
                     .chars()
                     .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
         })
-}
-
-/// The `wasi:http` hooks of one call: the allowlist, the call's deadline and a response size
-/// bound. Denied requests fail with `HttpRequestDenied`, which the guest sees when it reads the
-/// response.
-pub(crate) struct EgressHooks {
-    pub policy: EgressPolicy,
-    pub deadline: Instant,
-    pub max_response_bytes: u64,
-    /// For the log lines of denied requests.
-    pub label: String,
-}
-
-impl fmt::Debug for EgressHooks {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EgressHooks")
-            .field("policy", &self.policy)
-            .field("max_response_bytes", &self.max_response_bytes)
-            .finish_non_exhaustive()
-    }
-}
-
-type IoFuture = Box<dyn Future<Output = Result<(), HttpError>> + Send>;
-
-impl WasiHttpHooks for EgressHooks {
-    fn send_request(
-        &mut self,
-        request: http::Request<WasiBody>,
-        options: Option<RequestOptions>,
-        _fut: IoFuture,
-    ) -> Box<dyn Future<Output = Result<(http::Response<WasiBody>, IoFuture), HttpError>> + Send>
-    {
-        let uri = request.uri();
-        if !self.policy.allows(uri) {
-            // Only scheme and authority: paths and queries may carry credentials.
-            tracing::warn!(
-                provider = %self.label,
-                scheme = uri.scheme_str().unwrap_or(""),
-                authority = uri.authority().map(|a| a.as_str()).unwrap_or(""),
-                "plugin HTTP request denied: host not in allowedHosts"
-            );
-            return Box::new(async { Err(HttpError::HttpRequestDenied) });
-        }
-        let remaining = self.deadline.saturating_duration_since(Instant::now());
-        let options = clamp_options(options, remaining);
-        let limit = self.max_response_bytes;
-        Box::new(async move {
-            let (response, io) =
-                wasmtime_wasi_http::default_send_request(request, Some(options)).await?;
-            let response =
-                response.map(|body| BoundedBody::new(body.boxed_unsync(), limit).boxed_unsync());
-            Ok((response, Box::new(io) as IoFuture))
-        })
-    }
-}
-
-/// Every phase's timeout is at most what is left of the call (an unset one becomes exactly that).
-fn clamp_options(options: Option<RequestOptions>, remaining: Duration) -> RequestOptions {
-    let options = options.unwrap_or_default();
-    let clamp = |t: Option<Duration>| Some(t.map_or(remaining, |t| t.min(remaining)));
-    RequestOptions {
-        connect_timeout: clamp(options.connect_timeout),
-        first_byte_timeout: clamp(options.first_byte_timeout),
-        between_bytes_timeout: clamp(options.between_bytes_timeout),
-    }
-}
-
-/// A response body that fails with `HttpResponseBodySize` past `limit` bytes.
-struct BoundedBody {
-    inner: WasiBody,
-    limit: u64,
-    seen: u64,
-}
-
-impl BoundedBody {
-    fn new(inner: WasiBody, limit: u64) -> Self {
-        BoundedBody {
-            inner,
-            limit,
-            seen: 0,
-        }
-    }
-}
-
-impl Body for BoundedBody {
-    type Data = Bytes;
-    type Error = HttpError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, HttpError>>> {
-        let this = &mut *self;
-        let frame = ready!(Pin::new(&mut this.inner).poll_frame(cx));
-        if let Some(Ok(frame)) = &frame
-            && let Some(data) = frame.data_ref()
-        {
-            this.seen = this
-                .seen
-                .saturating_add(u64::try_from(data.len()).unwrap_or(u64::MAX));
-            if this.seen > this.limit {
-                return Poll::Ready(Some(Err(HttpError::HttpResponseBodySize(Some(this.seen)))));
-            }
-        }
-        Poll::Ready(frame)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
 }
 
 #[cfg(test)]
@@ -406,21 +293,5 @@ mod tests {
         let p = policy(&["*.example.com"]);
         assert!(!allows(&p, "/relative"));
         assert!(!allows(&p, "ftp://a.example.com/"));
-    }
-
-    #[test]
-    fn timeouts_are_clamped_to_the_remaining_call() {
-        let left = Duration::from_secs(2);
-        let o = clamp_options(
-            Some(RequestOptions {
-                connect_timeout: Some(Duration::from_secs(600)),
-                first_byte_timeout: Some(Duration::from_millis(10)),
-                between_bytes_timeout: None,
-            }),
-            left,
-        );
-        assert_eq!(o.connect_timeout, Some(left));
-        assert_eq!(o.first_byte_timeout, Some(Duration::from_millis(10)));
-        assert_eq!(o.between_bytes_timeout, Some(left));
     }
 }
