@@ -68,7 +68,7 @@ pub async fn start(
                     config.cluster_url = url(port)
                         .parse()
                         .map_err(|error| format!("bad apiserver URL: {error}"))?;
-                    readyz(config).await
+                    probe(config, "/readyz").await
                 }
             },
         )
@@ -79,14 +79,16 @@ pub fn url(port: u16) -> String {
     format!("https://127.0.0.1:{port}")
 }
 
-async fn readyz(config: kube::Config) -> Result<(), String> {
+/// `GET path` with the given identity; `Ok` on a 2xx answer. Used as the readiness probe of the
+/// apiserver (`/readyz`) and the controller-manager (`/healthz`).
+pub(super) async fn probe(config: kube::Config, path: &str) -> Result<(), String> {
     let client = kube::Client::try_from(config).map_err(|error| error.to_string())?;
-    let request = http::Request::get("/readyz")
+    let request = http::Request::get(path)
         .body(Vec::new())
         .map_err(|error| error.to_string())?;
     client
         .request_text(request)
         .await
         .map(drop)
-        .map_err(|error| format!("GET /readyz: {error}"))
+        .map_err(|error| format!("GET {path}: {error}"))
 }

@@ -49,21 +49,9 @@ pub async fn start(
                     // It serves with a certificate it generated itself.
                     config.root_cert = None;
                     config.accept_invalid_certs = true;
-                    healthz(config).await
+                    super::apiserver::probe(config, "/healthz").await
                 }
             },
         )
         .await
-}
-
-async fn healthz(config: kube::Config) -> Result<(), String> {
-    let client = kube::Client::try_from(config).map_err(|error| error.to_string())?;
-    let request = http::Request::get("/healthz")
-        .body(Vec::new())
-        .map_err(|error| error.to_string())?;
-    client
-        .request_text(request)
-        .await
-        .map(drop)
-        .map_err(|error| format!("GET /healthz: {error}"))
 }
