@@ -15,10 +15,10 @@ wasmtime::component::bindgen!({
     exports: { default: async },
 });
 
-pub(crate) use exports::vmop::provider::provider as wit_provider;
-pub(crate) use vmop::provider::log as wit_log;
-use vmop::provider::types as wit;
-pub(crate) use vmop::provider::types::{ProviderConfig, VmSpec as WitVmSpec};
+pub(crate) use self::exports::vmop::provider::provider as wit_provider;
+pub(crate) use self::vmop::provider::log as wit_log;
+use self::vmop::provider::types as wit;
+pub(crate) use self::vmop::provider::types::{ProviderConfig, VmSpec as WitVmSpec};
 
 /// The WIT package version this host was built against (`package vmop:provider@X.Y.Z`).
 pub const WIT_VERSION: &str = "0.1.0";
