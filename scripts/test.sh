@@ -24,4 +24,14 @@ say "guest unit tests (pure logic: SigV4 vectors, XML, status mapping), native"
 (cd providers && cargo test --workspace --locked)
 
 say "tests (guests are built to wasm32-wasip2 by tests/build.rs)"
-cargo test --workspace --locked "$@"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+set +e
+cargo test --workspace --locked "$@" 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+
+# One closing line for the whole run: cargo prints one per test binary, the last often a doc-test
+# binary with nothing in it.
+awk '/^test result:/ { p += $4; f += $6 } END { printf "\ntests: %d passed, %d failed\n", p, f }' "$log"
+exit "$status"
