@@ -9,8 +9,6 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use sha2::{Digest, Sha256};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::oneshot;
 use vmop::plugin::{
     CallContext, CallLimits, EgressPolicy, EngineConfig, LoadError, PluginEngine, PluginRegistry,
     ProviderSettings, RegistryConfig, RegistryStats,
@@ -193,27 +191,6 @@ async fn a_changed_file_is_noticed_on_load() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A loopback HTTP server that accepts one request, reports it, and answers only when told.
-async fn gated_server() -> anyhow::Result<(u16, oneshot::Receiver<()>, oneshot::Sender<()>)> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let port = listener.local_addr()?.port();
-    let (accepted_tx, accepted) = oneshot::channel();
-    let (release, released) = oneshot::channel::<()>();
-    tokio::spawn(async move {
-        let Ok((mut socket, _)) = listener.accept().await else {
-            return;
-        };
-        let mut buf = [0u8; 4096];
-        let _ = socket.read(&mut buf).await;
-        let _ = accepted_tx.send(());
-        let _ = released.await;
-        let _ = socket
-            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
-            .await;
-    });
-    Ok((port, accepted, release))
-}
-
 #[tokio::test]
 async fn replacing_the_file_switches_versions_without_failing_calls_in_flight() -> anyhow::Result<()>
 {
@@ -224,7 +201,11 @@ async fn replacing_the_file_switches_versions_without_failing_calls_in_flight() 
     assert_eq!(v1.info().version, "0.1.0");
 
     // A call that is provably in flight: its request reached the server, which holds the answer.
-    let (port, accepted, release) = gated_server().await?;
+    let vmop_tests::gated::Gated {
+        port,
+        accepted,
+        release,
+    } = vmop_tests::gated::serve().await?;
     let authority = format!("127.0.0.1:{port}");
     let ctx = CallContext {
         settings: ProviderSettings {

@@ -362,22 +362,12 @@ async fn the_guest_sees_no_environment_arguments_files_or_sockets() -> anyhow::R
 async fn concurrent_instances_are_bounded_and_waiting_is_a_host_fault() -> anyhow::Result<()> {
     let f = fixture_with(1).await?;
     // The only slot is held by a call whose request the server keeps unanswered.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let authority = format!("127.0.0.1:{}", listener.local_addr()?.port());
-    let (accepted_tx, accepted) = tokio::sync::oneshot::channel();
-    let (release, released) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(async move {
-        let Ok((mut socket, _)) = listener.accept().await else {
-            return;
-        };
-        let mut buf = [0u8; 4096];
-        let _ = socket.read(&mut buf).await;
-        let _ = accepted_tx.send(());
-        let _ = released.await;
-        let _ = socket
-            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
-            .await;
-    });
+    let vmop_tests::gated::Gated {
+        port,
+        accepted,
+        release,
+    } = vmop_tests::gated::serve().await?;
+    let authority = format!("127.0.0.1:{port}");
     let mut holding = ctx(
         &[("mode", "http"), ("authority", &authority)],
         Duration::from_secs(60),
