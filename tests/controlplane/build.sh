@@ -9,16 +9,14 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 say() { printf 'controlplane: %s\n' "$*" >&2; }
 
-command -v go >/dev/null 2>&1 || {
-  say "the 'go' command is not on PATH: install Go (>= $(sed -n 's/^go //p' "$here/go.mod")) to build the control plane"
-  exit 1
-}
+# shellcheck source=../go-tools.sh
+. "$here/../go-tools.sh"
+require_go "the control plane"
 
-k8s_version=$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ { print $2; exit }' "$here/go.mod")
-etcd_version=$(awk '$1 == "go.etcd.io/etcd/server/v3" && $2 ~ /^v/ { print $2; exit }' "$here/go.mod")
+k8s_version=$(required_version k8s.io/kubernetes)
+etcd_version=$(required_version go.etcd.io/etcd/server/v3)
 # Bump when the build recipe (flags, tool list) changes so a stale cache is not reused.
-recipe=1
-key=$( (cat "$here/go.mod" "$here/go.sum"; echo "recipe=$recipe") | sha256sum | cut -c1-16)
+key=$(cache_key 1)
 root=${VMOP_CONTROLPLANE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/vmop/controlplane}
 out="$root/$k8s_version-etcd-$etcd_version-$key"
 tools=(kube-apiserver kube-controller-manager kubectl etcd)
@@ -31,12 +29,7 @@ if have_all; then
 fi
 
 mkdir -p "$out"
-export GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=0
-say "downloading modules for kubernetes $k8s_version and etcd $etcd_version (through GOPROXY=$(go env GOPROXY))"
-if ! (cd "$here" && go mod download); then
-  say "go mod download failed: the Go module proxy is unreachable or refused a pinned version (output above)"
-  exit 1
-fi
+download_modules "kubernetes $k8s_version and etcd $etcd_version"
 
 major=${k8s_version#v}; major=${major%%.*}
 minor=${k8s_version#v*.}; minor=${minor%%.*}

@@ -9,15 +9,13 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 say() { printf 'helm: %s\n' "$*" >&2; }
 
-command -v go >/dev/null 2>&1 || {
-  say "the 'go' command is not on PATH: install Go (>= $(sed -n 's/^go //p' "$here/go.mod")) to build helm"
-  exit 1
-}
+# shellcheck source=../go-tools.sh
+. "$here/../go-tools.sh"
+require_go helm
 
-version=$(awk '$1 == "helm.sh/helm/v4" { print $2; exit }' "$here/go.mod")
+version=$(required_version helm.sh/helm/v4)
 # Bump when the build recipe (flags) changes so a stale cache is not reused.
-recipe=1
-key=$( (cat "$here/go.mod" "$here/go.sum"; echo "recipe=$recipe") | sha256sum | cut -c1-16)
+key=$(cache_key 1)
 root=${VMOP_HELM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/vmop/helm}
 out="$root/$version-$key"
 
@@ -28,12 +26,7 @@ if [ -x "$out/helm" ]; then
 fi
 
 mkdir -p "$out"
-export GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=0
-say "downloading modules for helm $version (through GOPROXY=$(go env GOPROXY))"
-if ! (cd "$here" && go mod download); then
-  say "go mod download failed: the Go module proxy is unreachable or refused a pinned version (output above)"
-  exit 1
-fi
+download_modules "helm $version"
 
 pkg=helm.sh/helm/v4/internal/version
 ldflags="-s -w -X $pkg.version=$version -X $pkg.metadata= -X $pkg.gitTreeState=clean"
