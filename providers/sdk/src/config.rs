@@ -31,10 +31,7 @@ pub struct Settings(BTreeMap<String, String>);
 
 impl Settings {
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.0
-            .get(key)
-            .map(String::as_str)
-            .filter(|v| !v.is_empty())
+        non_empty(&self.0, key)
     }
 
     /// The value of `key`, or a `permanent` error naming the missing setting.
@@ -63,10 +60,7 @@ pub struct Secrets(BTreeMap<String, String>);
 
 impl Secrets {
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.0
-            .get(key)
-            .map(String::as_str)
-            .filter(|v| !v.is_empty())
+        non_empty(&self.0, key)
     }
 
     /// The value of `key`, or a `permanent` error naming the missing key of the Secret.
@@ -93,6 +87,11 @@ impl<K: Into<String>, V: Into<String>> FromIterator<(K, V)> for Secrets {
                 .collect(),
         )
     }
+}
+
+/// A present, non-empty value: an empty string in a ConfigMap-style map means "not set".
+fn non_empty<'a>(map: &'a BTreeMap<String, String>, key: &str) -> Option<&'a str> {
+    map.get(key).map(String::as_str).filter(|v| !v.is_empty())
 }
 
 #[cfg(test)]
