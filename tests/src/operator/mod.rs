@@ -20,7 +20,7 @@ use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use kube::{Client, Resource, ResourceExt};
 use vmop::api::{
-    DeletionPolicy, Limits, PluginSource, ProviderConfig, ProviderConfigRef, ProviderConfigSpec,
+    CredentialsMode, DeletionPolicy, Limits, PluginSource, ProviderConfig, ProviderConfigRef, ProviderConfigSpec,
     SecretRef, VirtualMachine, VirtualMachineSpec,
 };
 
@@ -163,7 +163,11 @@ impl Env {
                     namespace: self.namespace.clone(),
                     name: secret.to_owned(),
                 }),
+                // The host signs; the ec2 plugin holds no key.
+                credentials: CredentialsMode::AwsSigV4,
+                // moto's loopback address is named literally, which permits it.
                 allowed_hosts: vec![self.moto.endpoint()],
+                allow_private_networks: false,
                 limits: Limits::default(),
             },
         );
