@@ -57,7 +57,7 @@ pub enum LoadError {
 
 impl LoadError {
     /// For `map_err`: an I/O failure on `path`.
-    pub(super) fn read(path: &Path) -> impl FnOnce(std::io::Error) -> LoadError {
+    pub(crate) fn read(path: &Path) -> impl FnOnce(std::io::Error) -> LoadError {
         let path = path.to_path_buf();
         move |source| LoadError::Read { path, source }
     }

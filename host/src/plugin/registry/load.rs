@@ -91,8 +91,8 @@ impl PluginRegistry {
     ) -> Result<(Arc<Plugin>, Served), LoadError> {
         let max = self.max_plugin_bytes();
         let digest = {
-            let (rel, full) = (rel.to_path_buf(), full.to_path_buf());
-            tokio::task::spawn_blocking(move || digest_file(&rel, &full, max))
+            let (rel_owned, full) = (rel.to_path_buf(), full.to_path_buf());
+            tokio::task::spawn_blocking(move || digest_file(&rel_owned, &full, max))
                 .await
                 .map_err(|source| LoadError::CompileTask {
                     path: rel.to_path_buf(),

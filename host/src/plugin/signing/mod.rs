@@ -4,9 +4,10 @@
 //! # Modes
 //!
 //! - [`SigningMode::AwsSigV4`]: AWS Signature Version 4 with the Secret's `access_key_id`,
-//!   `secret_access_key` and optional `session_token`; region from the setting `region`, service
-//!   from `signingService` (default `ec2`). Signed by the maintained `aws-sigv4` crate
-//!   ([`sigv4`]).
+//!   `secret_access_key` and optional `session_token`. Scope: the plugin's [`SERVICE_HINT`] /
+//!   [`REGION_HINT`] request headers (removed before sending), else `<service>.<region>` of an
+//!   `*.amazonaws.com` host, else the settings `region` and `signingService` (default `ec2`).
+//!   Signed by the maintained `aws-sigv4` crate ([`sigv4`]).
 //! - [`SigningMode::Bearer`]: `Authorization: Bearer <token>` from the Secret's `token`.
 //! - [`SigningMode::Header`]: the header named by the setting `credentialsHeader`, value from the
 //!   Secret's `token`.
@@ -37,6 +38,7 @@ use std::fmt;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use sigv4::AwsSigner;
+pub use sigv4::{REGION_HINT, SERVICE_HINT};
 
 /// The setting naming the SigV4 service.
 pub const SIGNING_SERVICE_SETTING: &str = "signingService";

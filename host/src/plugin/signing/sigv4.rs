@@ -1,5 +1,16 @@
 //! AWS Signature Version 4 on the host, with the `aws-sigv4` crate (the AWS SDK's own signer).
 //!
+//! # Scope
+//!
+//! The service and region a request is signed for, first match wins:
+//! 1. the request headers [`SERVICE_HINT`] and [`REGION_HINT`], which the plugin may set and the
+//!    host removes before signing (so the ec2 plugin can sign its STS calls to an endpoint that
+//!    serves both, like moto). They give the plugin no power it lacks: it already chooses the
+//!    whole request to an allowed host, and a wrong scope only gets the request refused;
+//! 2. for an AWS endpoint `<service>.<region>.amazonaws.com` (or `<service>.amazonaws.com`),
+//!    that service and region;
+//! 3. the settings `region` and `signingService` (default `ec2`).
+//!
 //! The crate computes the signature; this module only feeds it the request as the guest built
 //! it and adds the headers it returns (`authorization`, `x-amz-date`, `x-amz-security-token`).
 //! Header values are inserted through `HeaderValue::try_from` rather than the crate's
@@ -25,6 +36,10 @@ pub(super) const OWNED_HEADERS: [&str; 4] = [
     "x-amz-security-token",
     "x-amz-content-sha256",
 ];
+/// Request header naming the SigV4 service of this request (removed before sending).
+pub const SERVICE_HINT: &str = "x-vmop-signing-service";
+/// Request header naming the SigV4 region of this request (removed before sending).
+pub const REGION_HINT: &str = "x-vmop-signing-region";
 
 const ACCESS_KEY_ID: &str = "access_key_id";
 const SECRET_ACCESS_KEY: &str = "secret_access_key";
@@ -39,6 +54,8 @@ pub enum SignError {
     Signer(#[source] aws_sigv4::http_request::SigningError),
     #[error("the SigV4 signing parameters are incomplete")]
     Params(#[source] v4::signing_params::BuildError),
+    #[error("header {name} must name a service or region (lowercase letters, digits, `-`)")]
+    BadHint { name: &'static str },
     #[error("the signer produced header {name}, which is not a valid header")]
     Produced { name: &'static str },
 }
@@ -101,6 +118,26 @@ impl AwsSigner {
         })
     }
 
+    /// Region and service to sign a request to `host` for (see the module docs).
+    fn scope_for<'a>(&'a self, host: &'a str) -> (&'a str, &'a str) {
+        let aws = host
+            .strip_suffix(".amazonaws.com")
+            .or_else(|| host.strip_suffix(".amazonaws.com.cn"));
+        let Some(prefix) = aws else {
+            return (&self.region, &self.service);
+        };
+        let mut labels = prefix.split('.');
+        let service = labels.next().filter(|s| !s.is_empty());
+        let region = labels
+            .next()
+            .filter(|r| r.contains('-') && r.chars().any(|c| c.is_ascii_digit()));
+        match (service, region) {
+            (Some(service), Some(region)) => (region, service),
+            (Some(service), None) => (&self.region, service),
+            _ => (&self.region, &self.service),
+        }
+    }
+
     pub(super) fn sign(
         &self,
         parts: &mut http::request::Parts,
@@ -115,6 +152,12 @@ impl AwsSigner {
         body: &[u8],
         time: SystemTime,
     ) -> Result<(), SignError> {
+        let service_hint = take_hint(&mut parts.headers, SERVICE_HINT)?;
+        let region_hint = take_hint(&mut parts.headers, REGION_HINT)?;
+        let (region, service) = self.scope_for(parts.uri.host().unwrap_or_default());
+        let region = region_hint.as_deref().unwrap_or(region);
+        let service = service_hint.as_deref().unwrap_or(service);
+        let uri = parts.uri.to_string();
         let headers = parts
             .headers
             .iter()
@@ -125,7 +168,6 @@ impl AwsSigner {
                     .map_err(|_| SignError::HeaderNotText { name: name.clone() })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let uri = parts.uri.to_string();
         let request = SignableRequest::new(
             parts.method.as_str(),
             uri.as_str(),
@@ -135,8 +177,8 @@ impl AwsSigner {
         .map_err(SignError::Signer)?;
         let params = v4::SigningParams::builder()
             .identity(&self.identity)
-            .region(&self.region)
-            .name(&self.service)
+            .region(region)
+            .name(service)
             .time(time)
             .settings(SigningSettings::default())
             .build()
@@ -155,6 +197,29 @@ impl AwsSigner {
             parts.headers.insert(name, value);
         }
         Ok(())
+    }
+}
+
+/// Removes every `name` header; the last one's value if it is a plausible service or region
+/// name (lowercase letters, digits, `-`, at most 64 bytes).
+fn take_hint(headers: &mut http::HeaderMap, name: &'static str) -> Result<Option<String>, SignError> {
+    let mut value = None;
+    while let Some(v) = headers.remove(name) {
+        value = Some(v);
+    }
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let text = value.to_str().unwrap_or_default();
+    let valid = !text.is_empty()
+        && text.len() <= 64
+        && text
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if valid {
+        Ok(Some(text.to_owned()))
+    } else {
+        Err(SignError::BadHint { name })
     }
 }
 
@@ -250,6 +315,49 @@ mod tests {
             "{}",
             header(&parts, "authorization")
         );
+    }
+
+    #[test]
+    fn hints_choose_the_scope_and_are_not_sent() {
+        let request = http::Request::builder()
+            .method("POST")
+            .uri("http://127.0.0.1:5000/")
+            .header("host", "127.0.0.1:5000")
+            .header(SERVICE_HINT, "sts")
+            .header(REGION_HINT, "eu-west-1")
+            .body(())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let (mut parts, ()) = request.into_parts();
+        suite_signer(None)
+            .sign_at(&mut parts, b"", UNIX_EPOCH + Duration::from_secs(SUITE_TIME))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            header(&parts, "authorization").contains("/20150830/eu-west-1/sts/aws4_request"),
+            "{}",
+            header(&parts, "authorization")
+        );
+        assert!(parts.headers.get(SERVICE_HINT).is_none() && parts.headers.get(REGION_HINT).is_none());
+
+        let (mut bad, ()) = http::Request::builder()
+            .uri("http://127.0.0.1/")
+            .header(SERVICE_HINT, "STS")
+            .body(())
+            .unwrap_or_else(|e| panic!("{e}"))
+            .into_parts();
+        assert!(matches!(
+            suite_signer(None).sign(&mut bad, b""),
+            Err(SignError::BadHint { .. })
+        ));
+    }
+
+    #[test]
+    fn aws_hosts_name_their_service_and_region() {
+        let s = suite_signer(None);
+        assert_eq!(s.scope_for("sts.eu-west-1.amazonaws.com"), ("eu-west-1", "sts"));
+        assert_eq!(s.scope_for("ec2.us-east-1.amazonaws.com"), ("us-east-1", "ec2"));
+        assert_eq!(s.scope_for("sts.amazonaws.com"), ("us-east-1", "sts"));
+        assert_eq!(s.scope_for("127.0.0.1"), ("us-east-1", "service"));
+        assert_eq!(s.scope_for("api.example.com"), ("us-east-1", "service"));
     }
 
     #[test]
