@@ -319,8 +319,8 @@ mod tests {
 
     #[test]
     fn truncate_respects_char_boundaries() {
-        assert_eq!(super::truncate("héllo", 2), "h");
-        assert_eq!(super::truncate("héllo", 3), "hé");
-        assert_eq!(super::truncate("abc", 10), "abc");
+        assert_eq!(truncate("héllo", 2), "h");
+        assert_eq!(truncate("héllo", 3), "hé");
+        assert_eq!(truncate("abc", 10), "abc");
     }
 }

@@ -213,11 +213,7 @@ mod tests {
 
     #[tokio::test]
     async fn non_public_addresses_need_an_explicit_permission() {
-        let p = policy(&[
-            "http://*.test:80",
-            "http://127.0.0.1:8080",
-            "http://169.254.169.254:80",
-        ]);
+        let p = policy(&["http://*.test:80", "http://127.0.0.1:8080"]);
         assert_eq!(
             destinations(&p, "http://public.test/").await,
             Ok(vec![ip("52.94.0.1")])
@@ -242,8 +238,15 @@ mod tests {
             destinations(&p, "http://127.0.0.1:8080/").await,
             Ok(vec![ip("127.0.0.1")])
         );
+        assert!(matches!(
+            destinations(&p, "http://127.0.0.1:8081/").await,
+            Err(Denial::NotAllowed)
+        ));
+        // A literal entry also permits a name answering that address (the administrator named
+        // it); without one the same name is refused (above).
+        let literal = policy(&["http://*.test:80", "http://169.254.169.254:80"]);
         assert_eq!(
-            destinations(&p, "http://169.254.169.254/").await,
+            destinations(&literal, "http://metadata.test/").await,
             Ok(vec![ip("169.254.169.254")])
         );
         // allowPrivateNetworks opens non-public answers of allowed names.

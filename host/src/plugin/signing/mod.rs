@@ -153,14 +153,11 @@ impl RequestSigner {
         };
         owned
             .iter()
-            .map(|name| match headers.remove(name) {
-                Some(_) => {
-                    // `remove` drops only the first value; get rid of duplicates too.
-                    let rest = headers.get_all(name).iter().count();
-                    while headers.remove(name).is_some() {}
-                    1 + rest
-                }
-                None => 0,
+            .map(|name| {
+                // `remove` drops every value of the name.
+                let n = headers.get_all(name).iter().count();
+                headers.remove(name);
+                n
             })
             .sum()
     }

@@ -192,7 +192,8 @@ impl AwsSigner {
             let name = header.name();
             let mut value =
                 HeaderValue::try_from(header.value()).map_err(|_| SignError::Produced { name })?;
-            value.set_sensitive(header.sensitive());
+            // The crate marks only the token; the signature is a credential for 15 minutes too.
+            value.set_sensitive(header.sensitive() || name == "authorization");
             let name = HeaderName::try_from(name).map_err(|_| SignError::Produced { name })?;
             parts.headers.insert(name, value);
         }
@@ -256,6 +257,8 @@ mod tests {
             .method(method)
             .uri(uri)
             .header("host", "example.amazonaws.com")
+            // The suite's service is `service`, not the host's first label.
+            .header(SERVICE_HINT, "service")
             .body(())
             .unwrap_or_else(|e| panic!("{e}"));
         let (mut parts, ()) = request.into_parts();
