@@ -80,7 +80,10 @@ async fn restarted_operator_loads_from_the_cache_and_refuses_a_flipped_byte() ->
     let (mut warm, warm_time) = start_until_ready(&env, &provider, cache.path()).await?;
     let log = warm.log();
     ensure!(log.contains(FROM_CACHE), "{log}");
-    ensure!(!log.contains(COMPILED), "the restarted operator compiled: {log}");
+    ensure!(
+        !log.contains(COMPILED),
+        "the restarted operator compiled: {log}"
+    );
     warm.kill().await?;
     println!(
         "restart-to-Ready of ProviderConfig {provider} (ec2 plugin): cold compile {cold_time:?}, \
@@ -99,7 +102,10 @@ async fn restarted_operator_loads_from_the_cache_and_refuses_a_flipped_byte() ->
     ensure!(log.contains(REFUSED) && log.contains(COMPILED), "{log}");
     ensure!(!log.contains(FROM_CACHE), "{log}");
     tampered.kill().await?;
-    ensure!(std::fs::read(path)? != bytes, "the tampered artifact was kept");
+    ensure!(
+        std::fs::read(path)? != bytes,
+        "the tampered artifact was kept"
+    );
     Ok(())
 }
 

@@ -8,7 +8,7 @@ mod support;
 use anyhow::ensure;
 use support::{context, load, spec};
 use vmop::api::CredentialsMode;
-use vmop::plugin::{CallError, CallContext, ErrorClass, Phase};
+use vmop::plugin::{CallContext, CallError, ErrorClass, Phase};
 use vmop_tests::moto::{AwsCredentials, Moto};
 
 fn signed(moto: &Moto, credentials: &AwsCredentials) -> anyhow::Result<CallContext> {
@@ -29,7 +29,10 @@ async fn lifecycle_with_host_signing_passes_motos_sigv4_checks() -> anyhow::Resu
     let (moto, credentials) = Moto::start_with_auth()?;
     let (_dir, plugin) = load("vmop_provider_ec2").await?;
     let ctx = signed(&moto, &credentials)?;
-    ensure!(ctx.settings.secrets.is_empty(), "the plugin must hold no key");
+    ensure!(
+        ctx.settings.secrets.is_empty(),
+        "the plugin must hold no key"
+    );
 
     let created = plugin.create(&ctx, &spec("signing-1")).await?;
     let seen = plugin.get(&ctx, &created.id).await?;

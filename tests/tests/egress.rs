@@ -45,7 +45,12 @@ async fn allowed_name_resolving_to_loopback_or_metadata_is_refused() -> anyhow::
     let (_dir, plugin) = load("exfiltrate").await?;
     let recorder = Recorder::start().await?;
     let port = recorder.port;
-    for name in ["loopback.test", "metadata.test", "mapped.test", "mapped-metadata.test"] {
+    for name in [
+        "loopback.test",
+        "metadata.test",
+        "mapped.test",
+        "mapped-metadata.test",
+    ] {
         let target = format!("http://{name}:{port}/");
         let ctx = fetch(&target, &[format!("http://*.test:{port}")], false)?;
         let got = attempt(&plugin, &ctx).await;
@@ -107,7 +112,9 @@ async fn redirects_to_other_hosts_are_not_followed() -> anyhow::Result<()> {
 
     // The host hands the 302 back; it does not follow it.
     let mut ctx = fetch(&redirect.url("/"), &allowed, false)?;
-    ctx.settings.settings.insert("follow".into(), "false".into());
+    ctx.settings
+        .settings
+        .insert("follow".into(), "false".into());
     assert_eq!(attempt(&plugin, &ctx).await, "status 302 (0 bytes)");
     ensure!(elsewhere.requests().is_empty());
 
@@ -115,7 +122,11 @@ async fn redirects_to_other_hosts_are_not_followed() -> anyhow::Result<()> {
     let ctx = fetch(&redirect.url("/"), &allowed, false)?;
     let got = attempt(&plugin, &ctx).await;
     ensure!(denied(&got), "{got}");
-    ensure!(elsewhere.requests().is_empty(), "{:?}", elsewhere.requests());
+    ensure!(
+        elsewhere.requests().is_empty(),
+        "{:?}",
+        elsewhere.requests()
+    );
     assert_eq!(redirect.requests().len(), 2);
     Ok(())
 }

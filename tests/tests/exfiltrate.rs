@@ -70,7 +70,10 @@ async fn whole_config_sent_to_an_allowed_host_carries_no_secret() -> anyhow::Res
     ensure!(seen.body.contains("settings=[mode=send-config"), "{seen:?}");
     ensure!(seen.body.contains("secrets=[]"), "{seen:?}");
     for value in [KEY_ID, SECRET_KEY, SESSION_TOKEN] {
-        ensure!(!seen.body.contains(value), "the guest sent {value:?}: {seen:?}");
+        ensure!(
+            !seen.body.contains(value),
+            "the guest sent {value:?}: {seen:?}"
+        );
     }
     // The wire carries the host's signature: key id and session token by SigV4's design, the
     // secret key never.
@@ -97,7 +100,12 @@ async fn guest_authorization_is_replaced_by_the_hosts() -> anyhow::Result<()> {
     ];
     let allowed = [recorder.origin()];
 
-    let sigv4 = context(&settings, &allowed, CredentialsMode::AwsSigV4, &aws_secret())?;
+    let sigv4 = context(
+        &settings,
+        &allowed,
+        CredentialsMode::AwsSigV4,
+        &aws_secret(),
+    )?;
     assert_eq!(attempt(&plugin, &sigv4).await, "status 200");
     let bearer = context(
         &settings,
@@ -119,8 +127,14 @@ async fn guest_authorization_is_replaced_by_the_hosts() -> anyhow::Result<()> {
     // SigV4: one Authorization, the host's; x-amz-date and the token are the host's too.
     let signed = &requests[0];
     let auth = signed.headers("authorization");
-    ensure!(auth.len() == 1 && auth[0].starts_with("AWS4-HMAC-SHA256"), "{signed:?}");
-    ensure!(signed.headers("x-amz-date") != ["20000101T000000Z"], "{signed:?}");
+    ensure!(
+        auth.len() == 1 && auth[0].starts_with("AWS4-HMAC-SHA256"),
+        "{signed:?}"
+    );
+    ensure!(
+        signed.headers("x-amz-date") != ["20000101T000000Z"],
+        "{signed:?}"
+    );
     ensure!(
         signed.headers("x-amz-security-token") == [SESSION_TOKEN],
         "{signed:?}"

@@ -51,16 +51,25 @@ async fn oversized_plugin_is_refused_with_bounded_rss() -> anyhow::Result<()> {
     );
     let message = result.err().map(|e| e.to_string()).unwrap_or_default();
     ensure!(message.contains("larger than the limit"), "{message}");
-    println!("peak RSS growth while refusing a 100 MiB file: {} KiB", growth >> 10);
+    println!(
+        "peak RSS growth while refusing a 100 MiB file: {} KiB",
+        growth >> 10
+    );
     ensure!(growth < 16 << 20, "RSS grew by {} MiB", growth >> 20);
 
     // The bound is configurable; under it, garbage is read and fails to compile as before.
     let small = registry.with_max_plugin_bytes(1 << 20);
     std::fs::write(dir.path().join("small.wasm"), vec![0xAB; 2 << 20])?;
     let result = small.load(Path::new("small.wasm"), None).await;
-    ensure!(matches!(result, Err(LoadError::TooLarge { .. })), "{result:?}");
+    ensure!(
+        matches!(result, Err(LoadError::TooLarge { .. })),
+        "{result:?}"
+    );
     std::fs::write(dir.path().join("small.wasm"), vec![0xAB; 512 << 10])?;
     let result = small.load(Path::new("small.wasm"), None).await;
-    ensure!(matches!(result, Err(LoadError::Compile { .. })), "{result:?}");
+    ensure!(
+        matches!(result, Err(LoadError::Compile { .. })),
+        "{result:?}"
+    );
     Ok(())
 }

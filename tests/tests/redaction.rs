@@ -23,7 +23,10 @@ struct Captured(Arc<Mutex<Vec<u8>>>);
 
 impl Write for Captured {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).extend_from_slice(buf);
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend_from_slice(buf);
         Ok(buf.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
@@ -62,17 +65,27 @@ async fn echoed_secrets_reach_no_log_line_status_or_error() -> anyhow::Result<()
     assert_eq!(message, "the secrets are: [redacted]");
 
     let mut failing = ctx.clone();
-    failing.settings.settings.insert("as-error".into(), "true".into());
+    failing
+        .settings
+        .settings
+        .insert("as-error".into(), "true".into());
     let error = plugin
         .get(&failing, "vm-1")
         .await
         .map(drop)
         .map_err(|e| redactor.call_error(e));
     let text = format!("{error:?}");
-    ensure!(text.contains("[redacted]") && !text.contains(SECRET), "{text}");
+    ensure!(
+        text.contains("[redacted]") && !text.contains(SECRET),
+        "{text}"
+    );
 
     let log = captured.text();
-    for needle in ["the secrets are: [redacted]", "\"stream\":\"stdout\"", "\"stream\":\"stderr\""] {
+    for needle in [
+        "the secrets are: [redacted]",
+        "\"stream\":\"stdout\"",
+        "\"stream\":\"stderr\"",
+    ] {
         ensure!(log.contains(needle), "missing {needle:?} in\n{log}");
     }
     ensure!(!log.contains(SECRET), "a secret reached the log:\n{log}");

@@ -153,8 +153,8 @@ async fn call(args: CallArgs, out: &mut (dyn Write + Send)) -> anyhow::Result<()
             limits: Limits::default(),
         },
     );
-    let egress = EgressPolicy::parse(&args.allow_host)?
-        .allow_private_networks(args.allow_private_networks);
+    let egress =
+        EgressPolicy::parse(&args.allow_host)?.allow_private_networks(args.allow_private_networks);
     let (secrets, egress) = apply_credentials(&config, secret, egress)?;
     let redactor = egress.redactor().clone();
     let ctx = CallContext {
@@ -385,9 +385,16 @@ mod tests {
     fn secrets_come_from_a_file_and_errors_do_not_echo_them() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("secrets.yaml");
-        std::fs::write(&path, "access_key_id: AKID\nsecret_access_key: \"s3cr3t\"\n").unwrap();
+        std::fs::write(
+            &path,
+            "access_key_id: AKID\nsecret_access_key: \"s3cr3t\"\n",
+        )
+        .unwrap();
         let secrets = read_secrets(&path).unwrap();
-        assert_eq!(secrets.get("secret_access_key").map(String::as_str), Some("s3cr3t"));
+        assert_eq!(
+            secrets.get("secret_access_key").map(String::as_str),
+            Some("s3cr3t")
+        );
         std::fs::write(&path, "- s3cr3t-in-a-list\n").unwrap();
         let err = format!("{:#}", read_secrets(&path).unwrap_err());
         assert!(!err.contains("s3cr3t"), "{err}");

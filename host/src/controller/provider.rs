@@ -320,7 +320,10 @@ mod tests {
     fn signing_modes_hand_the_plugin_no_secret() {
         let secret: BTreeMap<String, String> = [
             ("access_key_id".to_owned(), "AKIDSIGNING".to_owned()),
-            ("secret_access_key".to_owned(), "s3cret-signing-key".to_owned()),
+            (
+                "secret_access_key".to_owned(),
+                "s3cret-signing-key".to_owned(),
+            ),
         ]
         .into();
         let mut pc = config(Some(("ops", "aws")));

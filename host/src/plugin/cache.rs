@@ -259,8 +259,8 @@ impl ArtifactCache {
         let own_tmp = format!(".{}.", std::process::id());
         for (path, name, _) in self.entries() {
             let stale_tmp = name.ends_with(".tmp") && !name.contains(&own_tmp);
-            let other_engine =
-                name.ends_with(EXTENSION) && !name.ends_with(&format!("-{}.{EXTENSION}", self.engine_key));
+            let other_engine = name.ends_with(EXTENSION)
+                && !name.ends_with(&format!("-{}.{EXTENSION}", self.engine_key));
             if stale_tmp || other_engine {
                 let _ = fs::remove_file(path);
             }
@@ -451,7 +451,9 @@ mod tests {
     fn prunes_oldest_first_and_other_engines() {
         let dir = tempfile::tempdir().unwrap();
         let engine = engine();
-        let stray = dir.path().join(format!("abc-{}.{EXTENSION}", "0".repeat(64)));
+        let stray = dir
+            .path()
+            .join(format!("abc-{}.{EXTENSION}", "0".repeat(64)));
         fs::write(&stray, b"old engine").unwrap();
         let dead_tmp = dir.path().join(".abc.1.0.tmp");
         fs::write(&dead_tmp, b"partial").unwrap();
@@ -471,7 +473,10 @@ mod tests {
         cache.store("two", &component(&engine)).unwrap();
         assert!(cache.path("one").exists());
         cache.store("three", &component(&engine)).unwrap();
-        assert!(!cache.path("one").exists(), "the least recently used goes first");
+        assert!(
+            !cache.path("one").exists(),
+            "the least recently used goes first"
+        );
         assert!(cache.path("two").exists() && cache.path("three").exists());
     }
 }

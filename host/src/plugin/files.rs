@@ -46,7 +46,11 @@ const CHUNK: usize = 64 << 10;
 /// Blocking: call it on the blocking pool.
 pub(crate) fn digest_file(rel: &Path, full: &Path, max: u64) -> Result<String, LoadError> {
     let mut file = std::fs::File::open(full).map_err(LoadError::read(rel))?;
-    check_len(rel, file.metadata().map_err(LoadError::read(rel))?.len(), max)?;
+    check_len(
+        rel,
+        file.metadata().map_err(LoadError::read(rel))?.len(),
+        max,
+    )?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; CHUNK];
     let mut seen: u64 = 0;

@@ -27,12 +27,11 @@ pub mod types;
 pub use bindings::WIT_VERSION;
 pub use component::Plugin;
 pub use egress::{EgressParseError, EgressPolicy, Resolve, StaticResolver};
-pub use redact::Redactor;
-pub use signing::{RequestSigner, SignerError, SigningMode};
 pub use engine::{EngineConfig, EngineError, PluginEngine};
+pub use redact::Redactor;
 pub use registry::{
-    DEFAULT_MAX_PLUGIN_BYTES, LoadError, PluginEvent, PluginRegistry, RegistryConfig,
-    RegistryStats,
+    DEFAULT_MAX_PLUGIN_BYTES, LoadError, PluginEvent, PluginRegistry, RegistryConfig, RegistryStats,
 };
 pub use sandbox::{CallContext, CallError, CallLimits};
+pub use signing::{RequestSigner, SignerError, SigningMode};
 pub use types::*;

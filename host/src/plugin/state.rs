@@ -195,7 +195,9 @@ pub(crate) struct MemoryLimiter {
 
 /// The error a memory growth past the cap raises (trap on grow failure).
 #[derive(Debug, thiserror::Error)]
-#[error("the instance's linear memories would grow to {desired} bytes in total, over the cap of {cap}")]
+#[error(
+    "the instance's linear memories would grow to {desired} bytes in total, over the cap of {cap}"
+)]
 pub(crate) struct MemoryCapExceeded {
     pub desired: usize,
     pub cap: usize,

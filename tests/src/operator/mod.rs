@@ -20,8 +20,8 @@ use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use kube::{Client, Resource, ResourceExt};
 use vmop::api::{
-    CredentialsMode, DeletionPolicy, Limits, PluginSource, ProviderConfig, ProviderConfigRef, ProviderConfigSpec,
-    SecretRef, VirtualMachine, VirtualMachineSpec,
+    CredentialsMode, DeletionPolicy, Limits, PluginSource, ProviderConfig, ProviderConfigRef,
+    ProviderConfigSpec, SecretRef, VirtualMachine, VirtualMachineSpec,
 };
 
 pub use process::{Operator, OperatorArgs, ProviderCall};

@@ -286,8 +286,16 @@ mod tests {
         assert!(allows(&p, "http://[::1]:9000/"));
         assert!(allows(&p, "http://[0:0::1]:9000/"));
         assert!(!allows(&p, "http://[::2]:9000/"));
-        assert!(p.names_ip(Scheme::Http, "127.0.0.1".parse().unwrap_or(IpAddr::from([0; 4])), 5000));
-        assert!(!p.names_ip(Scheme::Http, "127.0.0.1".parse().unwrap_or(IpAddr::from([0; 4])), 5001));
+        assert!(p.names_ip(
+            Scheme::Http,
+            "127.0.0.1".parse().unwrap_or(IpAddr::from([0; 4])),
+            5000
+        ));
+        assert!(!p.names_ip(
+            Scheme::Http,
+            "127.0.0.1".parse().unwrap_or(IpAddr::from([0; 4])),
+            5001
+        ));
     }
 
     #[test]

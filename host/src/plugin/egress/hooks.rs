@@ -118,9 +118,12 @@ async fn send_bounded(
 
 /// The whole request body, at most [`MAX_SIGNED_BODY_BYTES`], within `remaining`.
 async fn collect_body(body: WasiBody, remaining: Duration) -> Result<Bytes, HttpError> {
-    let collected = tokio::time::timeout(remaining, Limited::new(body, MAX_SIGNED_BODY_BYTES).collect())
-        .await
-        .map_err(|_| HttpError::ConnectionWriteTimeout)?;
+    let collected = tokio::time::timeout(
+        remaining,
+        Limited::new(body, MAX_SIGNED_BODY_BYTES).collect(),
+    )
+    .await
+    .map_err(|_| HttpError::ConnectionWriteTimeout)?;
     match collected {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(e) => match e.downcast::<HttpError>() {
@@ -131,7 +134,9 @@ async fn collect_body(body: WasiBody, remaining: Duration) -> Result<Bytes, Http
 }
 
 fn full(bytes: Bytes) -> WasiBody {
-    Full::new(bytes).map_err(|never| match never {}).boxed_unsync()
+    Full::new(bytes)
+        .map_err(|never| match never {})
+        .boxed_unsync()
 }
 
 /// Every phase's timeout is at most what is left of the call (an unset one becomes exactly that).

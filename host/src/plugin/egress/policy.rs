@@ -69,7 +69,9 @@ pub(crate) enum Denial {
     UserInfo,
     #[error("the destination is not in allowedHosts")]
     NotAllowed,
-    #[error("{ip} is not a public address, and neither allowedHosts names it nor is allowPrivateNetworks set")]
+    #[error(
+        "{ip} is not a public address, and neither allowedHosts names it nor is allowPrivateNetworks set"
+    )]
     NonPublic { ip: IpAddr },
     #[error("the name did not resolve: {reason}")]
     Resolve { reason: String },
@@ -269,7 +271,11 @@ mod tests {
             Err(Denial::Resolve { .. })
         ));
         for uri in ["http://2130706433/", "http://0177.0.0.1/", "http://127.1/"] {
-            assert_eq!(destinations(&p, uri).await, Err(Denial::NotAllowed), "{uri}");
+            assert_eq!(
+                destinations(&p, uri).await,
+                Err(Denial::NotAllowed),
+                "{uri}"
+            );
         }
         let debug = format!("{p:?}");
         assert!(debug.contains("EgressPolicy"), "{debug}");

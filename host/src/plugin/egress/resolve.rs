@@ -64,9 +64,10 @@ impl StaticResolver {
 
 impl Resolve for StaticResolver {
     fn resolve(&self, name: &str) -> ResolveFuture {
-        let answer = self.table.get(name).cloned().ok_or_else(|| {
-            io::Error::new(io::ErrorKind::NotFound, "name not in the static table")
-        });
+        let answer =
+            self.table.get(name).cloned().ok_or_else(|| {
+                io::Error::new(io::ErrorKind::NotFound, "name not in the static table")
+            });
         Box::pin(async move { answer })
     }
 }

@@ -172,12 +172,7 @@ impl PluginRegistry {
     /// The component of `digest`: from the authenticated disk cache, or compiled from `full`
     /// (read whole only then, and only if it still has that digest). Runs on the blocking pool;
     /// the caller holds the one-compilation-at-a-time lock.
-    async fn compile(
-        &self,
-        rel: &Path,
-        full: &Path,
-        digest: &str,
-    ) -> Result<Component, LoadError> {
+    async fn compile(&self, rel: &Path, full: &Path, digest: &str) -> Result<Component, LoadError> {
         let engine = self.inner.engine.clone();
         let cache = self.inner.cache.clone();
         let key = digest.to_string();

@@ -63,7 +63,10 @@ pub enum SigningMode {
 #[derive(Debug, thiserror::Error)]
 pub enum SignerError {
     #[error("the credentials Secret has no key {key:?}, which {mode} signing needs")]
-    MissingKey { key: &'static str, mode: &'static str },
+    MissingKey {
+        key: &'static str,
+        mode: &'static str,
+    },
     #[error("the setting {setting:?} is required for {mode} signing")]
     MissingSetting {
         setting: &'static str,
@@ -86,7 +89,10 @@ pub struct RequestSigner {
 #[derive(Clone)]
 enum Kind {
     Aws(AwsSigner),
-    Header { name: HeaderName, value: HeaderValue },
+    Header {
+        name: HeaderName,
+        value: HeaderValue,
+    },
 }
 
 impl fmt::Debug for RequestSigner {
@@ -238,15 +244,23 @@ mod tests {
         assert_eq!(values, vec!["host-token"]);
         assert!(values.iter().all(|v| v.is_sensitive()));
 
-        let bearer = RequestSigner::new(SigningMode::Bearer, &map(&[]), &map(&[(TOKEN_KEY, "t0k3n")]))
-            .unwrap_or_else(|e| panic!("{e}"));
+        let bearer = RequestSigner::new(
+            SigningMode::Bearer,
+            &map(&[]),
+            &map(&[(TOKEN_KEY, "t0k3n")]),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         let mut parts = request(&[("authorization", "Bearer guest")]);
         bearer.strip(&mut parts.headers);
         bearer
             .sign(&mut parts, b"")
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
-            parts.headers.get_all("authorization").iter().collect::<Vec<_>>(),
+            parts
+                .headers
+                .get_all("authorization")
+                .iter()
+                .collect::<Vec<_>>(),
             vec!["Bearer t0k3n"]
         );
         assert!(!format!("{bearer:?}").contains("t0k3n"));
@@ -254,8 +268,8 @@ mod tests {
 
     #[test]
     fn missing_keys_and_settings_are_named_without_values() {
-        let err = RequestSigner::new(SigningMode::Bearer, &map(&[]), &map(&[("other", "v4lue")]))
-            .err();
+        let err =
+            RequestSigner::new(SigningMode::Bearer, &map(&[]), &map(&[("other", "v4lue")])).err();
         assert!(matches!(
             err,
             Some(SignerError::MissingKey {
@@ -263,8 +277,8 @@ mod tests {
                 mode: "bearer"
             })
         ));
-        let err = RequestSigner::new(SigningMode::Header, &map(&[]), &map(&[(TOKEN_KEY, "x")]))
-            .err();
+        let err =
+            RequestSigner::new(SigningMode::Header, &map(&[]), &map(&[(TOKEN_KEY, "x")])).err();
         assert!(matches!(err, Some(SignerError::MissingSetting { .. })));
         let err = RequestSigner::new(
             SigningMode::Header,

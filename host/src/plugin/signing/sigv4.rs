@@ -203,7 +203,10 @@ impl AwsSigner {
 
 /// Removes every `name` header; the last one's value if it is a plausible service or region
 /// name (lowercase letters, digits, `-`, at most 64 bytes).
-fn take_hint(headers: &mut http::HeaderMap, name: &'static str) -> Result<Option<String>, SignError> {
+fn take_hint(
+    headers: &mut http::HeaderMap,
+    name: &'static str,
+) -> Result<Option<String>, SignError> {
     let mut value = None;
     while let Some(v) = headers.remove(name) {
         value = Some(v);
@@ -306,7 +309,11 @@ mod tests {
                 "5da7c1a2acd57cee7505fc6676e4e544621c30862966e37dddb68e92efbe5d6b"
             )
         );
-        assert!(get.headers.get("authorization").is_some_and(HeaderValue::is_sensitive));
+        assert!(
+            get.headers
+                .get("authorization")
+                .is_some_and(HeaderValue::is_sensitive)
+        );
     }
 
     #[test]
@@ -314,7 +321,8 @@ mod tests {
         let parts = signed("GET", "https://example.amazonaws.com/", Some("TOKEN"));
         assert_eq!(header(&parts, "x-amz-security-token"), "TOKEN");
         assert!(
-            header(&parts, "authorization").contains("SignedHeaders=host;x-amz-date;x-amz-security-token,"),
+            header(&parts, "authorization")
+                .contains("SignedHeaders=host;x-amz-date;x-amz-security-token,"),
             "{}",
             header(&parts, "authorization")
         );
@@ -332,14 +340,20 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
         let (mut parts, ()) = request.into_parts();
         suite_signer(None)
-            .sign_at(&mut parts, b"", UNIX_EPOCH + Duration::from_secs(SUITE_TIME))
+            .sign_at(
+                &mut parts,
+                b"",
+                UNIX_EPOCH + Duration::from_secs(SUITE_TIME),
+            )
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(
             header(&parts, "authorization").contains("/20150830/eu-west-1/sts/aws4_request"),
             "{}",
             header(&parts, "authorization")
         );
-        assert!(parts.headers.get(SERVICE_HINT).is_none() && parts.headers.get(REGION_HINT).is_none());
+        assert!(
+            parts.headers.get(SERVICE_HINT).is_none() && parts.headers.get(REGION_HINT).is_none()
+        );
 
         let (mut bad, ()) = http::Request::builder()
             .uri("http://127.0.0.1/")
@@ -356,8 +370,14 @@ mod tests {
     #[test]
     fn aws_hosts_name_their_service_and_region() {
         let s = suite_signer(None);
-        assert_eq!(s.scope_for("sts.eu-west-1.amazonaws.com"), ("eu-west-1", "sts"));
-        assert_eq!(s.scope_for("ec2.us-east-1.amazonaws.com"), ("us-east-1", "ec2"));
+        assert_eq!(
+            s.scope_for("sts.eu-west-1.amazonaws.com"),
+            ("eu-west-1", "sts")
+        );
+        assert_eq!(
+            s.scope_for("ec2.us-east-1.amazonaws.com"),
+            ("us-east-1", "ec2")
+        );
         assert_eq!(s.scope_for("sts.amazonaws.com"), ("us-east-1", "sts"));
         assert_eq!(s.scope_for("127.0.0.1"), ("us-east-1", "service"));
         assert_eq!(s.scope_for("api.example.com"), ("us-east-1", "service"));
@@ -372,6 +392,9 @@ mod tests {
         ));
         let debug = format!("{:?}", suite_signer(Some("TOKEN")));
         assert!(debug.contains("AKIDEXAMPLE"), "{debug}");
-        assert!(!debug.contains("wJalrXUtnFEMI") && !debug.contains("TOKEN"), "{debug}");
+        assert!(
+            !debug.contains("wJalrXUtnFEMI") && !debug.contains("TOKEN"),
+            "{debug}"
+        );
     }
 }
