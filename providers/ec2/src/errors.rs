@@ -7,7 +7,12 @@ use vmop_provider_sdk::ProviderError;
 use vmop_provider_sdk::error::{self, DEFAULT_RETRY_AFTER};
 use vmop_provider_sdk::status::error_for_status;
 
-/// The error for an EC2 error response; codes the table does not know fall back to the HTTP
+/// The error for an EC2 (or STS) error response.
+///
+/// A 429 or 503 that carries `Retry-After` is `rate-limited` with that delay whatever its code:
+/// the server said when it will answer again, and the host's transient backoff would either
+/// hammer it or wait too long. Throttling codes are `rate-limited` at any status (with the
+/// default delay when there is no header). Codes the table does not know fall back to the HTTP
 /// status (5xx transient, 401/403 unauthorized, other 4xx by the SDK's status mapping).
 pub fn error_for_code(
     code: &str,
@@ -15,6 +20,9 @@ pub fn error_for_code(
     retry_after: Option<Duration>,
     message: String,
 ) -> ProviderError {
+    if let (429 | 503, Some(delay)) = (status, retry_after) {
+        return error::rate_limited(delay, message);
+    }
     match code {
         "AuthFailure"
         | "UnauthorizedOperation"
@@ -34,7 +42,11 @@ pub fn error_for_code(
         | "Unavailable"
         | "ServiceUnavailable"
         | "InsufficientInstanceCapacity"
-        | "InsufficientCapacity" => error::transient(message),
+        | "InsufficientCapacity"
+        // A start, stop or modify during a transition (stopping, pending): passes when the
+        // transition ends. A terminated instance never gets here: `get` answers `None` for
+        // it, and the host does not power a machine it has seen gone.
+        | "IncorrectInstanceState" => error::transient(message),
         "InvalidParameterValue"
         | "InvalidParameterCombination"
         | "InvalidParameter"
@@ -91,6 +103,7 @@ mod tests {
         assert_eq!(class("InternalError", 500), "transient");
         assert_eq!(class("Unavailable", 503), "transient");
         assert_eq!(class("InstanceLimitExceeded", 400), "permanent");
+        assert_eq!(class("IncorrectInstanceState", 400), "transient");
     }
 
     #[test]
@@ -110,5 +123,22 @@ mod tests {
             "m".into(),
         );
         assert!(matches!(err, ProviderError::RateLimited(r) if r.retry_after_ms == 2000));
+        let err = error_for_code("Throttling", 400, None, "m".into());
+        assert!(matches!(err, ProviderError::RateLimited(r) if r.retry_after_ms == 5000));
+    }
+
+    #[test]
+    fn unavailable_with_retry_after_waits_as_told() {
+        let delay = Some(Duration::from_secs(30));
+        for (code, status) in [("Unavailable", 503), ("SomethingNew", 503), ("Foo", 429)] {
+            let err = error_for_code(code, status, delay, "m".into());
+            assert!(
+                matches!(err, ProviderError::RateLimited(ref r) if r.retry_after_ms == 30_000),
+                "{code} {status}: {err:?}"
+            );
+        }
+        assert_eq!(class("ServiceUnavailable", 503), "transient", "no header");
+        let other = error_for_code("InternalError", 500, delay, "m".into());
+        assert!(matches!(other, ProviderError::Transient(_)), "only 429/503");
     }
 }

@@ -7,6 +7,8 @@ pub struct Instance {
     pub id: String,
     /// `instanceState/name`: pending, running, shutting-down, terminated, stopping, stopped.
     pub state: String,
+    /// `instanceType`, e.g. `t3.micro`: what `update` compares with the spec.
+    pub instance_type: String,
     pub public_ip: Option<String>,
     pub private_ip: Option<String>,
     pub public_dns: Option<String>,

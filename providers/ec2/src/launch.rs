@@ -1,19 +1,22 @@
-//! The `RunInstances` parameters for a VM spec: image, size, idempotency token, tags.
+//! The `RunInstances` parameters for a VM spec: image, size, idempotency token, network,
+//! root volume, user data and tags.
+//!
+//! Every setting read here can be given per VM in `spec.parameters` (declared in
+//! `parameters.rs`), which overrides the ProviderConfig's setting of the same name.
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
+use vmop_provider_sdk::config::Settings;
 use vmop_provider_sdk::error::invalid_spec;
 use vmop_provider_sdk::{Config, ProviderError, VmSpec};
 
-use crate::instance_types;
 use crate::query::Params;
+use crate::xml::Image;
+use crate::{instance_types, tags};
 
-pub const TAG_NAMESPACE: &str = "vmop.dev/namespace";
-pub const TAG_NAME: &str = "vmop.dev/name";
-pub const TAG_UID: &str = "vmop.dev/uid";
-
-/// EC2 allows 50 tags per resource; ours take four.
-const MAX_LABEL_TAGS: usize = 46;
+/// The largest EBS volume (io2 Block Express, 64 TiB); smaller limits of other volume types
+/// are EC2's to report.
+const MAX_ROOT_VOLUME_GIB: i64 = 65_536;
 
 /// `spec.image` as an AMI id. Only ids are accepted: names and aliases resolve differently per
 /// region and account, and a silent mismatch would boot the wrong machine.
@@ -30,71 +33,93 @@ pub fn image_id(image: &str) -> Result<&str, ProviderError> {
     }
 }
 
-/// Setting `instanceType`, else the smallest type of the table that fits cpu and memory.
-pub fn instance_type<'a>(config: &'a Config, spec: &VmSpec) -> Result<&'a str, ProviderError> {
-    if let Some(explicit) = config.settings.get("instanceType") {
+/// Setting or parameter `instanceType`, else the smallest type of the table that fits cpu and
+/// memory.
+pub fn instance_type(config: &Config, spec: &VmSpec) -> Result<String, ProviderError> {
+    let settings = config.settings.with_overrides(&spec.parameters);
+    type_in(&settings, spec).map(str::to_owned)
+}
+
+fn type_in<'a>(settings: &'a Settings, spec: &VmSpec) -> Result<&'a str, ProviderError> {
+    if let Some(explicit) = settings.get("instanceType") {
         return Ok(explicit);
     }
     instance_types::for_size(spec.cpu, spec.memory_mib).ok_or_else(|| {
         invalid_spec(format!(
             "no instance type in the provider's table has {} vCPUs and {} MiB; set \
-             `instanceType` in the ProviderConfig",
+             `instanceType` in the ProviderConfig or the VM's parameters",
             spec.cpu, spec.memory_mib
         ))
     })
 }
 
-/// The parameters of `RunInstances` for `spec`. With `client_token` derived from the VM's uid,
-/// real EC2 answers a repeated launch with the first instance; the tags make it findable by uid
-/// everywhere.
+/// The parameters of `RunInstances` for `spec` from `image` (as `DescribeImages` reported it).
+/// With `client_token` derived from the VM's uid, real EC2 answers a repeated launch with the
+/// first instance; the tags make it findable by uid everywhere.
 ///
-/// Optional settings: `subnetId`, `securityGroupIds` (comma-separated), `keyName`.
+/// Optional settings and parameters: `subnetId`, `securityGroupIds` (comma-separated),
+/// `keyName`, `rootVolumeSizeGiB`, `tags` (comma-separated `key=value`).
 pub fn run_instances_params(
     config: &Config,
     spec: &VmSpec,
+    image: &Image,
     client_token: &str,
 ) -> Result<Params, ProviderError> {
+    let settings = config.settings.with_overrides(&spec.parameters);
     let mut params = Params::new();
     params
-        .push("ImageId", image_id(&spec.image)?)
-        .push("InstanceType", instance_type(config, spec)?)
+        .push("ImageId", image_id(&image.id)?)
+        .push("InstanceType", type_in(&settings, spec)?)
         .push("MinCount", "1")
         .push("MaxCount", "1")
         .push("ClientToken", checked_token(client_token)?);
     if let Some(user_data) = &spec.user_data {
         params.push("UserData", STANDARD.encode(user_data));
     }
-    if let Some(subnet) = config.settings.get("subnetId") {
+    if let Some(subnet) = settings.get("subnetId") {
         params.push("SubnetId", subnet);
     }
-    if let Some(groups) = config.settings.get("securityGroupIds") {
+    if let Some(groups) = settings.get("securityGroupIds") {
         let groups = groups.split(',').map(str::trim).filter(|g| !g.is_empty());
         for (i, group) in groups.enumerate() {
             params.push(format!("SecurityGroupId.{}", i + 1), group);
         }
     }
-    if let Some(key) = config.settings.get("keyName") {
+    if let Some(key) = settings.get("keyName") {
         params.push("KeyName", key);
+    }
+    if let Some(size) = settings.get("rootVolumeSizeGiB") {
+        let device = image.root_device_name.as_deref().ok_or_else(|| {
+            invalid_spec(format!(
+                "image {} reports no root device, so `rootVolumeSizeGiB` cannot be applied",
+                image.id
+            ))
+        })?;
+        params.push("BlockDeviceMapping.1.DeviceName", device).push(
+            "BlockDeviceMapping.1.Ebs.VolumeSize",
+            root_volume_gib(size)?,
+        );
     }
 
     params.push("TagSpecification.1.ResourceType", "instance");
-    let own = [
-        ("Name", spec.name.as_str()),
-        (TAG_NAMESPACE, spec.namespace.as_str()),
-        (TAG_NAME, spec.name.as_str()),
-        (TAG_UID, spec.uid.as_str()),
-    ];
-    let labels = spec
-        .labels
-        .iter()
-        .filter(|(k, v)| is_taggable(k, v) && !own.iter().any(|(o, _)| o == k))
-        .take(MAX_LABEL_TAGS)
-        .map(|(k, v)| (k.as_str(), v.as_str()));
-    for (i, (key, value)) in own.into_iter().chain(labels).enumerate() {
+    for (i, (key, value)) in tags::for_spec(spec, settings.get("tags"))?
+        .into_iter()
+        .enumerate()
+    {
         params.push(format!("TagSpecification.1.Tag.{}.Key", i + 1), key);
         params.push(format!("TagSpecification.1.Tag.{}.Value", i + 1), value);
     }
     Ok(params)
+}
+
+/// A size in GiB EC2 can make a volume of.
+fn root_volume_gib(value: &str) -> Result<String, ProviderError> {
+    match value.trim().parse::<i64>() {
+        Ok(gib) if (1..=MAX_ROOT_VOLUME_GIB).contains(&gib) => Ok(gib.to_string()),
+        _ => Err(invalid_spec(format!(
+            "rootVolumeSizeGiB `{value}` is not a size of 1..={MAX_ROOT_VOLUME_GIB} GiB"
+        ))),
+    }
 }
 
 /// EC2 takes up to 64 ASCII characters; a Kubernetes UID is a 36-character UUID, and with an
@@ -106,14 +131,6 @@ fn checked_token(token: &str) -> Result<&str, ProviderError> {
         )));
     }
     Ok(token)
-}
-
-/// Labels EC2 accepts as tags: key ≤ 128 and value ≤ 256 characters, no reserved `aws:` prefix.
-fn is_taggable(key: &str, value: &str) -> bool {
-    !key.is_empty()
-        && key.chars().count() <= 128
-        && value.chars().count() <= 256
-        && !key.to_ascii_lowercase().starts_with("aws:")
 }
 
 #[cfg(test)]
@@ -135,6 +152,21 @@ mod tests {
                 ("app".into(), "web".into()),
                 ("aws:reserved".into(), "x".into()),
             ],
+            parameters: Vec::new(),
+        }
+    }
+
+    fn image() -> Image {
+        Image {
+            id: "ami-12c6146b".into(),
+            root_device_name: Some("/dev/xvda".into()),
+        }
+    }
+
+    fn with_settings(settings: &[(&str, &str)]) -> Config {
+        Config {
+            settings: settings.iter().copied().collect(),
+            ..Config::default()
         }
     }
 
@@ -147,7 +179,7 @@ mod tests {
 
     #[test]
     fn builds_run_instances() {
-        let params = run_instances_params(&Config::default(), &spec(), UID).unwrap();
+        let params = run_instances_params(&Config::default(), &spec(), &image(), UID).unwrap();
         assert_eq!(get(&params, "ImageId"), Some("ami-12c6146b"));
         assert_eq!(get(&params, "InstanceType"), Some("t3.medium"));
         assert_eq!(
@@ -157,13 +189,16 @@ mod tests {
         assert_eq!(get(&params, "UserData"), Some("IyEvYmluL3NoCmVjaG8gaGkK"));
         assert_eq!(
             get(&params, "TagSpecification.1.Tag.2.Key"),
-            Some(TAG_NAMESPACE)
+            Some(tags::TAG_NAMESPACE)
         );
         assert_eq!(
             get(&params, "TagSpecification.1.Tag.2.Value"),
             Some("team-a")
         );
-        assert_eq!(get(&params, "TagSpecification.1.Tag.4.Key"), Some(TAG_UID));
+        assert_eq!(
+            get(&params, "TagSpecification.1.Tag.4.Key"),
+            Some(tags::TAG_UID)
+        );
         assert_eq!(get(&params, "TagSpecification.1.Tag.5.Key"), Some("app"));
         assert_eq!(
             get(&params, "TagSpecification.1.Tag.6.Key"),
@@ -184,7 +219,7 @@ mod tests {
             .collect(),
             ..Config::default()
         };
-        let params = run_instances_params(&config, &spec(), UID).unwrap();
+        let params = run_instances_params(&config, &spec(), &image(), UID).unwrap();
         assert_eq!(get(&params, "InstanceType"), Some("c5.large"));
         assert_eq!(get(&params, "SubnetId"), Some("subnet-1"));
         assert_eq!(get(&params, "SecurityGroupId.2"), Some("sg-2"));
@@ -202,10 +237,67 @@ mod tests {
         ));
         let mut huge = spec();
         huge.cpu = 1000;
-        let err = run_instances_params(&Config::default(), &huge, UID).err();
+        let err = run_instances_params(&Config::default(), &huge, &image(), UID).err();
         assert!(matches!(err, Some(ProviderError::InvalidSpec(m)) if m.contains("instanceType")));
         let long = format!("{UID}/i-0123456789abcdef0123456789");
-        let err = run_instances_params(&Config::default(), &spec(), &long).err();
+        let err = run_instances_params(&Config::default(), &spec(), &image(), &long).err();
         assert!(matches!(err, Some(ProviderError::InvalidSpec(_))));
+    }
+
+    #[test]
+    fn parameters_override_settings_per_vm() {
+        let config = with_settings(&[
+            ("subnetId", "subnet-default"),
+            ("keyName", "ops"),
+            ("instanceType", "t3.small"),
+        ]);
+        let mut spec = spec();
+        spec.parameters = [
+            ("subnetId", "subnet-vm"),
+            ("securityGroupIds", "sg-9"),
+            ("instanceType", "c5.xlarge"),
+            ("rootVolumeSizeGiB", "40"),
+            ("tags", "cost=42"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let params = run_instances_params(&config, &spec, &image(), UID).unwrap();
+        assert_eq!(get(&params, "SubnetId"), Some("subnet-vm"));
+        assert_eq!(get(&params, "KeyName"), Some("ops"), "settings still apply");
+        assert_eq!(get(&params, "SecurityGroupId.1"), Some("sg-9"));
+        assert_eq!(get(&params, "InstanceType"), Some("c5.xlarge"));
+        assert_eq!(
+            instance_type(&config, &spec).ok().as_deref(),
+            Some("c5.xlarge")
+        );
+        assert_eq!(
+            get(&params, "BlockDeviceMapping.1.DeviceName"),
+            Some("/dev/xvda")
+        );
+        assert_eq!(
+            get(&params, "BlockDeviceMapping.1.Ebs.VolumeSize"),
+            Some("40")
+        );
+        assert_eq!(get(&params, "TagSpecification.1.Tag.5.Key"), Some("cost"));
+        assert_eq!(get(&params, "TagSpecification.1.Tag.6.Key"), Some("app"));
+    }
+
+    #[test]
+    fn root_volume_needs_a_size_and_a_root_device() {
+        let config = with_settings(&[("rootVolumeSizeGiB", "0")]);
+        let err = run_instances_params(&config, &spec(), &image(), UID).err();
+        assert!(
+            matches!(err, Some(ProviderError::InvalidSpec(m)) if m.contains("rootVolumeSizeGiB"))
+        );
+        let config = with_settings(&[("rootVolumeSizeGiB", "8")]);
+        let bare = Image {
+            root_device_name: None,
+            ..image()
+        };
+        let err = run_instances_params(&config, &spec(), &bare, UID).err();
+        assert!(matches!(err, Some(ProviderError::InvalidSpec(m)) if m.contains("root device")));
+        let params = run_instances_params(&Config::default(), &spec(), &bare, UID).unwrap();
+        assert_eq!(get(&params, "BlockDeviceMapping.1.DeviceName"), None);
     }
 }

@@ -2,32 +2,54 @@
 //! Signature Version 4.
 //!
 //! ProviderConfig settings: `region` (required), `endpoint` (default
-//! `https://ec2.<region>.amazonaws.com`), `instanceType` (overrides the size table in
-//! [`instance_types`]), `subnetId`, `securityGroupIds`, `keyName`.
-//! Credentials Secret: `access_key_id`, `secret_access_key`, optional `session_token`.
-//! The endpoint must be in the ProviderConfig's `allowedHosts`.
+//! `https://ec2.<region>.amazonaws.com`), `stsEndpoint` (for `location`; default `endpoint`
+//! when that is set, since EC2 stand-ins such as moto serve STS on the same port, else
+//! `https://sts.<region>.amazonaws.com`), and the launch settings of `parameters.rs`
+//! (`instanceType`, `subnetId`, `securityGroupIds`, `keyName`, `rootVolumeSizeGiB`, `tags`),
+//! which a VM's `spec.parameters` override. Credentials Secret: `access_key_id`,
+//! `secret_access_key`, optional `session_token`. Both endpoints must be in the
+//! ProviderConfig's `allowedHosts`.
+//!
+//! # Eventual consistency
+//!
+//! EC2's reads lag its writes: right after `RunInstances`, `DescribeInstances` and
+//! `TerminateInstances` may answer `InvalidInstanceID.NotFound` for the new instance. `get`
+//! answers that as `None` and `delete` as success, as for any id EC2 does not know. The plugin
+//! does not try to hide the lag (it has no memory between calls to tell "new" from "gone"):
+//! the host allows for it with its creation grace period, during which a `None` is not taken
+//! as "gone", and with `find`, which looks the machine up by the VM's uid tag when no id is
+//! recorded. A `delete` that raced the lag is repeated by the host until `get` confirms the
+//! instance is gone.
 
 mod errors;
 mod instance;
 pub mod instance_types;
 mod launch;
+mod location;
+mod lookup;
+mod parameters;
+mod power;
 mod query;
 mod sigv4;
+mod tags;
+mod update;
 mod xml;
 
-use vmop_provider_sdk::error::{invalid_spec, transient};
+use vmop_provider_sdk::error::transient;
 use vmop_provider_sdk::{
-    Config, PluginInfo, Provider, ProviderError, VmSpec, VmStatus, WIT_VERSION, info, warn,
+    Config, PluginInfo, Provider, ProviderError, UpdateOutcome, VmSpec, VmStatus, WIT_VERSION,
+    info, warn,
 };
 
-use crate::instance::Instance;
-use crate::launch::TAG_UID;
-use crate::query::{CallError, Ec2, Params};
+use crate::power::Power;
+use crate::query::{Api, CallError, Params};
 
-/// States of an instance that still stands for its VM; a terminated one does not.
-const LIVE_STATES: [&str; 4] = ["pending", "running", "stopping", "stopped"];
 /// Client tokens tried per create (see [`Ec2Provider::create`]).
 const MAX_TOKEN_GENERATIONS: usize = 3;
+
+/// `user-data` (`spec.userData` is passed to `RunInstances`), `update` (the instance type, see
+/// `update.rs`) and `power`.
+const CAPABILITIES: [&str; 3] = ["user-data", "update", "power"];
 
 struct Ec2Provider;
 
@@ -37,8 +59,20 @@ impl Provider for Ec2Provider {
             name: "ec2".to_owned(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
             wit_version: WIT_VERSION.to_owned(),
-            capabilities: vec!["user-data".to_owned()],
+            capabilities: CAPABILITIES.map(str::to_owned).to_vec(),
+            parameters: parameters::declared(),
         }
+    }
+
+    fn location(config: &Config) -> Result<String, ProviderError> {
+        location::location(config)
+    }
+
+    /// The instance `create` made for `uid`, by its `vmop.dev/uid` tag (searchable at once,
+    /// unlike a fresh instance id).
+    fn find(config: &Config, uid: &str) -> Result<Option<VmStatus>, ProviderError> {
+        let ec2 = Api::ec2(config)?;
+        Ok(lookup::by_uid(&ec2, uid)?.map(|i| i.to_status()))
     }
 
     /// Idempotent on the uid twice over: an existing live instance tagged with it is returned
@@ -51,18 +85,18 @@ impl Provider for Ec2Provider {
     /// back therefore relaunches with the token `<uid>/<dead instance id>`: racing creates
     /// observe the same dead instance and so still share one token.
     fn create(config: &Config, spec: VmSpec) -> Result<VmStatus, ProviderError> {
-        let ec2 = Ec2::from_config(config)?;
-        if let Some(existing) = find_by_uid(&ec2, &spec.uid)? {
+        let ec2 = Api::ec2(config)?;
+        if let Some(existing) = lookup::by_uid(&ec2, &spec.uid)? {
             info!(
                 "instance {} already exists for uid {}",
                 existing.id, spec.uid
             );
             return Ok(existing.to_status());
         }
-        check_image(&ec2, launch::image_id(&spec.image)?)?;
+        let image = lookup::image(&ec2, launch::image_id(&spec.image)?)?;
         let mut token = spec.uid.clone();
         for _ in 0..MAX_TOKEN_GENERATIONS {
-            let params = launch::run_instances_params(config, &spec, &token)?;
+            let params = launch::run_instances_params(config, &spec, &image, &token)?;
             let body = ec2.call("RunInstances", &params)?;
             let launched = xml::instances(&body).map_err(CallError::xml("RunInstances"))?;
             let instance = launched
@@ -89,26 +123,29 @@ impl Provider for Ec2Provider {
     }
 
     fn get(config: &Config, id: &str) -> Result<Option<VmStatus>, ProviderError> {
-        let ec2 = Ec2::from_config(config)?;
-        let mut params = Params::new();
-        params.push("InstanceId.1", id);
-        let body = match ec2.call("DescribeInstances", &params) {
-            Err(err) if is_missing_instance(&err) => return Ok(None),
-            result => result?,
-        };
-        let instances = xml::instances(&body).map_err(CallError::xml("DescribeInstances"))?;
-        Ok(instances
-            .into_iter()
-            .find(|i| i.id == id && !i.is_gone())
-            .map(|i| i.to_status()))
+        let ec2 = Api::ec2(config)?;
+        Ok(lookup::by_id(&ec2, id)?.map(|i| i.to_status()))
+    }
+
+    fn update(config: &Config, id: &str, spec: VmSpec) -> Result<UpdateOutcome, ProviderError> {
+        let ec2 = Api::ec2(config)?;
+        update::apply(&ec2, id, &launch::instance_type(config, &spec)?)
+    }
+
+    fn start(config: &Config, id: &str) -> Result<(), ProviderError> {
+        power::set(&Api::ec2(config)?, id, Power::On)
+    }
+
+    fn stop(config: &Config, id: &str) -> Result<(), ProviderError> {
+        power::set(&Api::ec2(config)?, id, Power::Off)
     }
 
     fn delete(config: &Config, id: &str) -> Result<(), ProviderError> {
-        let ec2 = Ec2::from_config(config)?;
+        let ec2 = Api::ec2(config)?;
         let mut params = Params::new();
         params.push("InstanceId.1", id);
         match ec2.call("TerminateInstances", &params) {
-            Err(err) if is_missing_instance(&err) => Ok(()),
+            Err(err) if lookup::is_missing_instance(&err) => Ok(()),
             Err(err) => Err(err.into()),
             Ok(_) => {
                 info!("terminating instance {id}");
@@ -119,46 +156,3 @@ impl Provider for Ec2Provider {
 }
 
 vmop_provider_sdk::export_provider!(Ec2Provider);
-
-/// The live instance tagged with `uid`; the oldest if a race made several.
-fn find_by_uid(ec2: &Ec2, uid: &str) -> Result<Option<Instance>, ProviderError> {
-    let mut params = Params::new();
-    params.filter(1, &format!("tag:{TAG_UID}"), &[uid]).filter(
-        2,
-        "instance-state-name",
-        &LIVE_STATES,
-    );
-    let body = ec2.call("DescribeInstances", &params)?;
-    let mut found = xml::instances(&body).map_err(CallError::xml("DescribeInstances"))?;
-    found.retain(|i| !i.is_gone());
-    found.sort_by(|a, b| (&a.launch_time, &a.id).cmp(&(&b.launch_time, &b.id)));
-    if found.len() > 1 {
-        let ids: Vec<&str> = found.iter().map(|i| i.id.as_str()).collect();
-        warn!("several instances carry uid {uid}: {ids:?}; using the oldest");
-    }
-    Ok(found.into_iter().next())
-}
-
-/// `DescribeImages` for `image`: an image that does not exist (or is not visible to this
-/// account) is the user's to fix, and EC2's own `RunInstances` may accept it and fail later.
-fn check_image(ec2: &Ec2, image: &str) -> Result<(), ProviderError> {
-    let mut params = Params::new();
-    params.push("ImageId.1", image);
-    let body = ec2.call("DescribeImages", &params)?;
-    let ids = xml::image_ids(&body).map_err(CallError::xml("DescribeImages"))?;
-    if ids.iter().any(|id| id == image) {
-        Ok(())
-    } else {
-        Err(invalid_spec(format!(
-            "image {image} does not exist or is not visible to this account"
-        )))
-    }
-}
-
-/// A missing or malformed id: there is no such instance, which is an answer, not a failure.
-fn is_missing_instance(err: &CallError) -> bool {
-    matches!(
-        err.code(),
-        Some("InvalidInstanceID.NotFound" | "InvalidInstanceID.Malformed")
-    )
-}

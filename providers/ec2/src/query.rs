@@ -1,4 +1,5 @@
-//! The EC2 Query API: form-encoded POSTs signed with SigV4, answered with XML.
+//! The AWS Query API as EC2 and STS speak it: form-encoded POSTs signed with SigV4, answered
+//! with XML.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -11,7 +12,24 @@ use crate::errors::error_for_code;
 use crate::sigv4::{self, Credentials, Scope, Unsigned, uri_encode};
 use crate::xml;
 
-pub const API_VERSION: &str = "2016-11-15";
+/// One Query API: its SigV4 service name and the `Version` sent with every action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Service {
+    pub name: &'static str,
+    pub version: &'static str,
+}
+
+pub const EC2: Service = Service {
+    name: "ec2",
+    version: "2016-11-15",
+};
+
+/// Only for `GetCallerIdentity`, the account behind the credentials (see `location.rs`).
+pub const STS: Service = Service {
+    name: "sts",
+    version: "2011-06-15",
+};
+
 const CONTENT_TYPE: &str = "application/x-www-form-urlencoded; charset=utf-8";
 
 /// The parameters of one action, in order (`Filter.1.Name`, `Filter.1.Value.1`, ...).
@@ -42,8 +60,8 @@ impl Params {
         self.0.iter()
     }
 
-    fn form(&self, action: &str) -> String {
-        [("Action", action), ("Version", API_VERSION)]
+    fn form(&self, action: &str, version: &str) -> String {
+        [("Action", action), ("Version", version)]
             .into_iter()
             .chain(self.0.iter().map(|(n, v)| (n.as_str(), v.as_str())))
             .map(|(n, v)| format!("{}={}", uri_encode(n), uri_encode(v)))
@@ -64,20 +82,20 @@ pub enum CallError {
         message: String,
         retry_after: Option<Duration>,
     },
-    #[error("{action} failed with HTTP {status} and no EC2 error code: {body}")]
+    #[error("{action} failed with HTTP {status} and no AWS error code: {body}")]
     Status {
         action: &'static str,
         status: u16,
         retry_after: Option<String>,
         body: String,
     },
-    #[error("{action} could not reach the EC2 endpoint")]
+    #[error("{action} could not reach the endpoint")]
     Http {
         action: &'static str,
         #[source]
         source: HttpError,
     },
-    #[error("{action} returned a response that is not EC2 XML")]
+    #[error("{action} returned a response that is not the expected XML")]
     Xml {
         action: &'static str,
         #[source]
@@ -126,34 +144,38 @@ impl From<CallError> for ProviderError {
     }
 }
 
-/// One configured EC2 endpoint with its credentials.
+/// One configured Query API endpoint with its credentials.
 #[derive(Debug)]
-pub struct Ec2 {
+pub struct Api {
+    service: Service,
     endpoint: Url,
     region: String,
     credentials: Credentials,
     http: Client,
 }
 
-impl Ec2 {
-    /// Settings `region` (required), `endpoint` (default `https://ec2.<region>.amazonaws.com`);
-    /// secrets `access_key_id`, `secret_access_key` (required) and `session_token` (optional).
-    pub fn from_config(config: &Config) -> Result<Ec2, ProviderError> {
-        let region = config.settings.require("region")?.to_owned();
-        let endpoint = match config.settings.get("endpoint") {
-            Some(endpoint) => endpoint.to_owned(),
-            None => format!("https://ec2.{region}.amazonaws.com"),
-        };
-        let endpoint = Url::parse(&endpoint)
-            .map_err(|e: UrlError| ProviderError::Permanent(format!("setting `endpoint`: {e}")))?;
+impl Api {
+    /// EC2 at [`ec2_endpoint`]; secrets `access_key_id`, `secret_access_key` (required) and
+    /// `session_token` (optional).
+    pub fn ec2(config: &Config) -> Result<Api, ProviderError> {
+        Api::new(EC2, ec2_endpoint(config)?, config)
+    }
+
+    /// STS at [`sts_endpoint`], with the same credentials as EC2.
+    pub fn sts(config: &Config) -> Result<Api, ProviderError> {
+        Api::new(STS, sts_endpoint(config)?, config)
+    }
+
+    fn new(service: Service, endpoint: Url, config: &Config) -> Result<Api, ProviderError> {
         let credentials = Credentials {
             access_key_id: config.secrets.require("access_key_id")?.to_owned(),
             secret_access_key: config.secrets.require("secret_access_key")?.to_owned(),
             session_token: config.secrets.get("session_token").map(str::to_owned),
         };
-        Ok(Ec2 {
+        Ok(Api {
+            service,
             endpoint,
-            region,
+            region: config.settings.require("region")?.to_owned(),
             credentials,
             http: Client::new(),
         })
@@ -161,7 +183,7 @@ impl Ec2 {
 
     /// Runs `action` and returns the XML body of a successful answer.
     pub fn call(&self, action: &'static str, params: &Params) -> Result<String, CallError> {
-        let body = params.form(action);
+        let body = params.form(action, self.service.version);
         let headers = vec![("content-type".to_owned(), CONTENT_TYPE.to_owned())];
         let time = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -169,7 +191,7 @@ impl Ec2 {
             .unwrap_or(0);
         let scope = Scope {
             region: &self.region,
-            service: "ec2",
+            service: self.service.name,
             time,
         };
         let unsigned = Unsigned {
@@ -209,6 +231,34 @@ impl Ec2 {
     }
 }
 
+/// Setting `endpoint`, default `https://ec2.<region>.amazonaws.com`.
+pub fn ec2_endpoint(config: &Config) -> Result<Url, ProviderError> {
+    let region = config.settings.require("region")?;
+    match config.settings.get("endpoint") {
+        Some(endpoint) => parse_endpoint("endpoint", endpoint),
+        None => parse_endpoint("region", &format!("https://ec2.{region}.amazonaws.com")),
+    }
+}
+
+/// Setting `stsEndpoint`; else setting `endpoint`, since an EC2 stand-in (moto, LocalStack)
+/// serves STS on the same port; else `https://sts.<region>.amazonaws.com`.
+pub fn sts_endpoint(config: &Config) -> Result<Url, ProviderError> {
+    let region = config.settings.require("region")?;
+    match (
+        config.settings.get("stsEndpoint"),
+        config.settings.get("endpoint"),
+    ) {
+        (Some(sts), _) => parse_endpoint("stsEndpoint", sts),
+        (None, Some(endpoint)) => parse_endpoint("endpoint", endpoint),
+        (None, None) => parse_endpoint("region", &format!("https://sts.{region}.amazonaws.com")),
+    }
+}
+
+fn parse_endpoint(setting: &str, url: &str) -> Result<Url, ProviderError> {
+    Url::parse(url)
+        .map_err(|e: UrlError| ProviderError::Permanent(format!("setting `{setting}`: {e}")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,7 +270,7 @@ mod tests {
             .push("ImageId", "ami-1")
             .filter(1, "tag:vmop.dev/uid", &["a b", "c"]);
         assert_eq!(
-            params.form("DescribeInstances"),
+            params.form("DescribeInstances", EC2.version),
             "Action=DescribeInstances&Version=2016-11-15&ImageId=ami-1\
              &Filter.1.Name=tag%3Avmop.dev%2Fuid&Filter.1.Value.1=a%20b&Filter.1.Value.2=c"
         );
@@ -248,29 +298,76 @@ mod tests {
     }
 
     #[test]
+    fn unavailable_without_a_code_still_waits_as_told() {
+        let err = CallError::Status {
+            action: "RunInstances",
+            status: 503,
+            retry_after: Some("20".into()),
+            body: "<html>busy</html>".into(),
+        };
+        assert!(matches!(
+            ProviderError::from(err),
+            ProviderError::RateLimited(r) if r.retry_after_ms == 20_000
+        ));
+    }
+
+    #[test]
     fn missing_credentials_name_the_key() {
         let config = Config {
             settings: [("region", "us-east-1")].into_iter().collect(),
             secrets: [("access_key_id", "AKID")].into_iter().collect(),
         };
-        match Ec2::from_config(&config) {
+        match Api::ec2(&config) {
             Err(ProviderError::Permanent(m)) => assert!(m.contains("secret_access_key"), "{m}"),
             other => panic!("expected a permanent error, got {other:?}"),
         }
     }
 
-    #[test]
-    fn endpoint_defaults_to_the_region() {
-        let config = Config {
-            settings: [("region", "eu-west-1")].into_iter().collect(),
+    fn config(settings: &[(&str, &str)]) -> Config {
+        Config {
+            settings: settings.iter().copied().collect(),
             secrets: [("access_key_id", "AKID"), ("secret_access_key", "s")]
                 .into_iter()
                 .collect(),
-        };
-        let ec2 = Ec2::from_config(&config).unwrap();
+        }
+    }
+
+    #[test]
+    fn endpoint_defaults_to_the_region() {
+        let ec2 = Api::ec2(&config(&[("region", "eu-west-1")])).unwrap();
         assert_eq!(
             ec2.endpoint.to_string(),
             "https://ec2.eu-west-1.amazonaws.com/"
         );
+        assert_eq!(ec2.service, EC2);
+    }
+
+    #[test]
+    fn sts_follows_the_ec2_endpoint_unless_set() {
+        let sts =
+            |settings: &[(&str, &str)]| sts_endpoint(&config(settings)).map(|u| u.to_string());
+        assert_eq!(
+            sts(&[("region", "eu-west-1")]).ok().as_deref(),
+            Some("https://sts.eu-west-1.amazonaws.com/")
+        );
+        assert_eq!(
+            sts(&[
+                ("region", "us-east-1"),
+                ("endpoint", "http://127.0.0.1:5000")
+            ])
+            .ok()
+            .as_deref(),
+            Some("http://127.0.0.1:5000/")
+        );
+        let both = [
+            ("region", "us-east-1"),
+            ("endpoint", "http://127.0.0.1:5000"),
+            ("stsEndpoint", "http://127.0.0.1:5001"),
+        ];
+        assert_eq!(sts(&both).ok().as_deref(), Some("http://127.0.0.1:5001/"));
+        let bad = sts(&[("region", "r"), ("stsEndpoint", "sts.local")]);
+        assert!(matches!(bad, Err(ProviderError::Permanent(m)) if m.contains("`stsEndpoint`")));
+        let api = Api::sts(&config(&[("region", "r")])).unwrap();
+        assert_eq!(api.service, STS);
     }
 }

@@ -1,13 +1,22 @@
-//! Reading EC2 Query API responses (XML, namespace `http://ec2.amazonaws.com/doc/2016-11-15/`;
-//! element names are matched without it).
+//! Reading EC2 Query API responses (XML, namespace `http://ec2.amazonaws.com/doc/2016-11-15/`)
+//! and STS's `GetCallerIdentity`; element names are matched without their namespace.
 
 use roxmltree::{Document, Node};
 
 use crate::instance::Instance;
 
 #[derive(Debug, thiserror::Error)]
-#[error("the EC2 response is not valid XML")]
+#[error("the response is not valid XML")]
 pub struct XmlError(#[from] roxmltree::Error);
+
+/// One entry of a `DescribeImages` response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Image {
+    pub id: String,
+    /// `rootDeviceName`, e.g. `/dev/xvda`: the device a root-volume size applies to, which
+    /// differs between images.
+    pub root_device_name: Option<String>,
+}
 
 /// `<Response><Errors><Error><Code>…</Code><Message>…</Message>`: the first error.
 pub fn error(body: &str) -> Option<(String, String)> {
@@ -31,16 +40,31 @@ pub fn instances(body: &str) -> Result<Vec<Instance>, XmlError> {
     Ok(instances)
 }
 
-/// The `imageId`s of a `DescribeImages` response.
-pub fn image_ids(body: &str) -> Result<Vec<String>, XmlError> {
+/// The images of a `DescribeImages` response.
+pub fn images(body: &str) -> Result<Vec<Image>, XmlError> {
     let doc = Document::parse(body)?;
-    let ids = doc
+    let images = doc
         .descendants()
         .filter(|n| n.has_tag_name("imagesSet"))
         .flat_map(|set| set.children().filter(|n| n.has_tag_name("item")))
-        .filter_map(|item| child_text(item, "imageId"))
+        .filter_map(|item| {
+            Some(Image {
+                id: child_text(item, "imageId")?,
+                root_device_name: child_text(item, "rootDeviceName").filter(|d| !d.is_empty()),
+            })
+        })
         .collect();
-    Ok(ids)
+    Ok(images)
+}
+
+/// `GetCallerIdentityResult/Account` of an STS `GetCallerIdentity` response.
+pub fn caller_account(body: &str) -> Result<Option<String>, XmlError> {
+    let doc = Document::parse(body)?;
+    Ok(doc
+        .descendants()
+        .find(|n| n.has_tag_name("GetCallerIdentityResult"))
+        .and_then(|result| child_text(result, "Account"))
+        .filter(|a| !a.is_empty()))
 }
 
 fn instance(item: Node<'_, '_>) -> Instance {
@@ -50,6 +74,7 @@ fn instance(item: Node<'_, '_>) -> Instance {
         state: child(item, "instanceState")
             .and_then(|s| child_text(s, "name"))
             .unwrap_or_default(),
+        instance_type: text("instanceType").unwrap_or_default(),
         public_ip: text("ipAddress"),
         private_ip: text("privateIpAddress"),
         public_dns: text("dnsName"),
@@ -83,6 +108,7 @@ mod tests {
         <item>
           <instanceId>i-0123</instanceId>
           <imageId>ami-12c6146b</imageId>
+          <instanceType>t3.micro</instanceType>
           <instanceState><code>16</code><name>running</name></instanceState>
           <privateDnsName>ip-10-0-0-5.ec2.internal</privateDnsName>
           <dnsName></dnsName>
@@ -113,6 +139,7 @@ mod tests {
         let first = &all[0];
         assert_eq!(first.id, "i-0123");
         assert_eq!(first.state, "running");
+        assert_eq!(first.instance_type, "t3.micro");
         assert_eq!(first.public_ip.as_deref(), Some("54.1.2.3"));
         // The instance's own address, not the one of a nested network interface.
         assert_eq!(first.private_ip.as_deref(), Some("10.0.0.5"));
@@ -134,11 +161,46 @@ mod tests {
     }
 
     #[test]
-    fn reads_image_ids() {
+    fn reads_images() {
+        // Abridged from moto 5.2: the mapping's own deviceName must not be taken for the root's.
         let body = r#"<DescribeImagesResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">
-<imagesSet><item><imageId>ami-1</imageId></item><item><imageId>ami-2</imageId></item></imagesSet>
+<imagesSet><item><blockDeviceMapping><item><deviceName>/dev/sdb</deviceName></item></blockDeviceMapping>
+<rootDeviceName>/dev/sda1</rootDeviceName><imageId>ami-1</imageId></item>
+<item><imageId>ami-2</imageId></item></imagesSet>
 </DescribeImagesResponse>"#;
-        assert_eq!(image_ids(body).unwrap(), ["ami-1", "ami-2"]);
-        assert!(image_ids("<x").is_err());
+        let images = images(body).unwrap();
+        assert_eq!(
+            images,
+            [
+                Image {
+                    id: "ami-1".into(),
+                    root_device_name: Some("/dev/sda1".into())
+                },
+                Image {
+                    id: "ami-2".into(),
+                    root_device_name: None
+                }
+            ]
+        );
+        assert!(super::images("<x").is_err());
+    }
+
+    #[test]
+    fn reads_the_caller_account() {
+        // As moto 5.2 answers it.
+        let body = r#"<GetCallerIdentityResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/"><GetCallerIdentityResult><UserId>AKIAIOSFODNN7EXAMPLE</UserId><Account>123456789012</Account><Arn>arn:aws:sts::123456789012:user/moto</Arn></GetCallerIdentityResult><ResponseMetadata><RequestId>r</RequestId></ResponseMetadata></GetCallerIdentityResponse>"#;
+        assert_eq!(
+            caller_account(body).unwrap().as_deref(),
+            Some("123456789012")
+        );
+        assert_eq!(
+            caller_account("<GetCallerIdentityResponse/>").unwrap(),
+            None
+        );
+        let sts_error = r#"<ErrorResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/"><Error><Type>Sender</Type><Code>InvalidClientTokenId</Code><Message>bad</Message></Error></ErrorResponse>"#;
+        assert_eq!(
+            error(sts_error),
+            Some(("InvalidClientTokenId".into(), "bad".into()))
+        );
     }
 }

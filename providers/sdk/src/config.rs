@@ -42,6 +42,18 @@ impl Settings {
             ))
         })
     }
+
+    /// These settings with a VM's `spec.parameters` laid over them: the contract says a
+    /// parameter overrides the setting of the same name, so one VM can pick its own subnet or
+    /// size without a ProviderConfig of its own. An empty parameter unsets the setting for
+    /// this VM (empty means "not set" everywhere in [`Settings`]).
+    ///
+    /// The host has already checked names and kinds against `plugin-info.parameters`.
+    pub fn with_overrides(&self, parameters: &[(String, String)]) -> Settings {
+        let mut merged = self.0.clone();
+        merged.extend(parameters.iter().cloned());
+        Settings(merged)
+    }
 }
 
 impl<K: Into<String>, V: Into<String>> FromIterator<(K, V)> for Settings {
@@ -106,6 +118,32 @@ mod tests {
             other => panic!("expected a permanent error, got {other:?}"),
         }
         assert_eq!(settings.require("endpoint").ok(), Some("http://x"));
+    }
+
+    #[test]
+    fn parameters_override_settings_of_the_same_name() {
+        let settings: Settings = [
+            ("subnetId", "subnet-a"),
+            ("keyName", "ops"),
+            ("region", "r"),
+        ]
+        .into_iter()
+        .collect();
+        let parameters = [
+            ("subnetId".to_owned(), "subnet-b".to_owned()),
+            ("keyName".to_owned(), String::new()),
+            ("tags".to_owned(), "team=a".to_owned()),
+        ];
+        let merged = settings.with_overrides(&parameters);
+        assert_eq!(merged.get("subnetId"), Some("subnet-b"));
+        assert_eq!(merged.get("keyName"), None, "an empty parameter unsets");
+        assert_eq!(merged.get("tags"), Some("team=a"));
+        assert_eq!(merged.get("region"), Some("r"));
+        assert_eq!(
+            settings.get("subnetId"),
+            Some("subnet-a"),
+            "the original is unchanged"
+        );
     }
 
     #[test]

@@ -9,22 +9,29 @@
 //! struct MyCloud;
 //!
 //! impl Provider for MyCloud {
-//!     fn info() -> PluginInfo { /* name, version, WIT version */ }
+//!     fn info() -> PluginInfo { /* name, version, WIT version, capabilities, parameters */ }
+//!     fn location(config: &Config) -> Result<String, ProviderError> { /* account + region */ }
+//!     fn find(config: &Config, uid: &str) -> Result<Option<VmStatus>, ProviderError> { /* */ }
 //!     fn create(config: &Config, spec: VmSpec) -> Result<VmStatus, ProviderError> { /* ... */ }
 //!     fn get(config: &Config, id: &str) -> Result<Option<VmStatus>, ProviderError> { /* ... */ }
 //!     fn delete(config: &Config, id: &str) -> Result<(), ProviderError> { /* ... */ }
+//!     // update, start and stop default to "not supported"; see their capabilities.
 //! }
 //!
 //! vmop_provider_sdk::export_provider!(MyCloud);
 //! ```
 //!
 //! The crate is built as a `cdylib` for `wasm32-wasip2`; the result is a component the host
-//! loads directly.
+//! loads directly. Everything a provider returns passes through [`bounds`] on its way out, so
+//! an SDK provider cannot break the contract's output bounds.
 
+mod adapter;
+pub mod bounds;
 pub mod config;
 pub mod error;
 pub mod http;
 pub mod log;
+pub mod retry_after;
 pub mod status;
 pub mod url;
 
@@ -42,22 +49,34 @@ pub mod bindings {
     });
 }
 
-use std::marker::PhantomData;
-
+#[doc(hidden)]
+pub use adapter::Adapter;
 pub use bindings::vmop::provider::types::{
-    Phase, PluginInfo, ProviderConfig, ProviderError, RateLimit, VmSpec, VmStatus,
+    Parameter, ParameterKind, Phase, PluginInfo, ProviderConfig, ProviderError, RateLimit,
+    UpdateOutcome, VmSpec, VmStatus,
 };
 pub use config::Config;
 
 /// The version of `wit/provider.wit` this SDK was generated from; `info()` reports it.
-pub const WIT_VERSION: &str = "0.1.0";
+pub const WIT_VERSION: &str = "0.2.0";
 
 /// One cloud's implementation of the plugin contract.
 ///
-/// Every call gets a fresh instance in the host: keep no state between calls.
+/// Every call gets a fresh instance in the host: keep no state between calls. The optional
+/// operations (`update`, `start`, `stop`) are called only when [`Provider::info`] lists their
+/// capability; their defaults answer `permanent` for a host that calls them anyway.
 pub trait Provider {
-    /// Name, version and capabilities; the host checks `wit_version` against its own.
+    /// Name, version, capabilities and parameters; the host checks `wit_version` against its
+    /// own.
     fn info() -> PluginInfo;
+
+    /// A stable name for where this config's machines live (account, region, endpoint), at
+    /// most 512 bytes. Read-only. The host compares it with the one recorded at creation
+    /// before it takes a missing machine as gone.
+    fn location(config: &Config) -> Result<String, ProviderError>;
+
+    /// The live machine created for `uid`, if any. Read-only: never creates.
+    fn find(config: &Config, uid: &str) -> Result<Option<VmStatus>, ProviderError>;
 
     /// Creates the machine, or returns the one already created for `spec.uid`. Calling it twice
     /// with the same uid must not make a second machine.
@@ -66,31 +85,29 @@ pub trait Provider {
     /// Observes a machine; `None` when the cloud has no live machine with this id.
     fn get(config: &Config, id: &str) -> Result<Option<VmStatus>, ProviderError>;
 
+    /// Makes the machine match a changed spec (capability `update`).
+    fn update(_config: &Config, _id: &str, _spec: VmSpec) -> Result<UpdateOutcome, ProviderError> {
+        Err(unsupported("update"))
+    }
+
+    /// Starts a stopped machine; starting a running one succeeds (capability `power`).
+    fn start(_config: &Config, _id: &str) -> Result<(), ProviderError> {
+        Err(unsupported("start"))
+    }
+
+    /// Stops a running machine; stopping a stopped one succeeds (capability `power`).
+    fn stop(_config: &Config, _id: &str) -> Result<(), ProviderError> {
+        Err(unsupported("stop"))
+    }
+
     /// Deletes a machine; deleting one that is already gone succeeds.
     fn delete(config: &Config, id: &str) -> Result<(), ProviderError>;
 }
 
-/// Connects a [`Provider`] to the generated export trait. Used through [`export_provider!`].
-#[doc(hidden)]
-#[derive(Debug)]
-pub struct Adapter<P>(PhantomData<P>);
-
-impl<P: Provider> bindings::exports::vmop::provider::provider::Guest for Adapter<P> {
-    fn info() -> PluginInfo {
-        P::info()
-    }
-
-    fn create(config: ProviderConfig, spec: VmSpec) -> Result<VmStatus, ProviderError> {
-        P::create(&Config::from(config), spec)
-    }
-
-    fn get(config: ProviderConfig, id: String) -> Result<Option<VmStatus>, ProviderError> {
-        P::get(&Config::from(config), &id)
-    }
-
-    fn delete(config: ProviderConfig, id: String) -> Result<(), ProviderError> {
-        P::delete(&Config::from(config), &id)
-    }
+/// The answer of an optional operation the provider does not implement: `permanent`, since
+/// retrying cannot make the provider grow the feature.
+fn unsupported(operation: &str) -> ProviderError {
+    ProviderError::Permanent(format!("{operation} is not supported by this provider"))
 }
 
 /// Exports a type implementing [`Provider`] as the component's `vmop:provider/provider`.

@@ -1,0 +1,251 @@
+//! The output bounds of `wit/provider.wit` ("# Bounds"), enforced on everything a [`Provider`]
+//! returns before it crosses into the host.
+//!
+//! The host treats any value beyond a bound as a plugin fault and discards the whole answer. A
+//! message that is merely long, or an address list a cloud padded, should not cost the user the
+//! answer, so what can be shortened without changing its meaning is shortened here: messages
+//! are truncated, the retry delay clamped, addresses capped. What cannot (an id, a location:
+//! a shortened one would name a different machine or cloud) becomes a `permanent` error that
+//! says the provider is at fault, instead of an answer the host would refuse anyway.
+//!
+//! [`Provider`]: crate::Provider
+
+use crate::{Parameter, PluginInfo, ProviderError, RateLimit, VmStatus};
+
+/// `vm-status.id`, in bytes.
+pub const MAX_ID: usize = 256;
+/// Entries of `vm-status.addresses`.
+pub const MAX_ADDRESSES: usize = 16;
+/// One address, in bytes.
+pub const MAX_ADDRESS: usize = 256;
+/// `vm-status.message` and every error message, in bytes.
+pub const MAX_MESSAGE: usize = 1024;
+/// `rate-limit.retry-after-ms`: one hour.
+pub const MAX_RETRY_AFTER_MS: u64 = 3_600_000;
+/// `location(..)`, in bytes.
+pub const MAX_LOCATION: usize = 512;
+/// `plugin-info` name, version and wit-version, and each capability, in bytes.
+pub const MAX_INFO_STRING: usize = 64;
+/// Entries of `plugin-info.capabilities`.
+pub const MAX_CAPABILITIES: usize = 32;
+/// Entries of `plugin-info.parameters`.
+pub const MAX_PARAMETERS: usize = 64;
+
+/// Marks a truncated message, so a reader knows the text goes on.
+const ELLIPSIS: &str = "…";
+
+/// `text` cut to at most `max` bytes on a char boundary, ending in `…` when it was cut.
+pub fn truncate(mut text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max.saturating_sub(ELLIPSIS.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    if ELLIPSIS.len() <= max {
+        text.push_str(ELLIPSIS);
+    }
+    text
+}
+
+/// The error with its message truncated and its delay clamped.
+pub fn error(err: ProviderError) -> ProviderError {
+    let message = |m| truncate(m, MAX_MESSAGE);
+    match err {
+        ProviderError::Transient(m) => ProviderError::Transient(message(m)),
+        ProviderError::RateLimited(RateLimit {
+            retry_after_ms,
+            message: m,
+        }) => ProviderError::RateLimited(RateLimit {
+            retry_after_ms: retry_after_ms.min(MAX_RETRY_AFTER_MS),
+            message: message(m),
+        }),
+        ProviderError::Permanent(m) => ProviderError::Permanent(message(m)),
+        ProviderError::InvalidSpec(m) => ProviderError::InvalidSpec(message(m)),
+        ProviderError::Unauthorized(m) => ProviderError::Unauthorized(message(m)),
+    }
+}
+
+/// Bounds a whole result: the error via [`error`], the value via `ok`.
+pub fn result<T>(
+    result: Result<T, ProviderError>,
+    ok: impl FnOnce(T) -> Result<T, ProviderError>,
+) -> Result<T, ProviderError> {
+    result.and_then(ok).map_err(error)
+}
+
+/// The status with over-long addresses dropped, at most [`MAX_ADDRESSES`] kept (in order: the
+/// most useful come first) and the message truncated; an id outside 1..=256 bytes is an error.
+pub fn status(mut status: VmStatus) -> Result<VmStatus, ProviderError> {
+    if status.id.is_empty() || status.id.len() > MAX_ID {
+        return Err(ProviderError::Permanent(format!(
+            "provider bug: it returned a machine id of {} bytes (the contract allows 1..={MAX_ID})",
+            status.id.len()
+        )));
+    }
+    status.addresses.retain(|a| a.len() <= MAX_ADDRESS);
+    status.addresses.truncate(MAX_ADDRESSES);
+    status.message = status.message.map(|m| truncate(m, MAX_MESSAGE));
+    Ok(status)
+}
+
+/// `Some` status bounded by [`status`].
+pub fn optional_status(found: Option<VmStatus>) -> Result<Option<VmStatus>, ProviderError> {
+    found.map(status).transpose()
+}
+
+/// A location of 1..=512 bytes, else an error: a cut location could equal another cloud's.
+pub fn location(location: String) -> Result<String, ProviderError> {
+    if location.is_empty() || location.len() > MAX_LOCATION {
+        return Err(ProviderError::Permanent(format!(
+            "provider bug: it returned a location of {} bytes (the contract allows \
+             1..={MAX_LOCATION})",
+            location.len()
+        )));
+    }
+    Ok(location)
+}
+
+/// Name, version and wit-version truncated; capabilities longer than 64 bytes dropped and at
+/// most 32 kept; at most 64 parameters kept. `info` has no error to report a fault with.
+pub fn info(info: PluginInfo) -> PluginInfo {
+    let short = |s| truncate(s, MAX_INFO_STRING);
+    let mut capabilities = info.capabilities;
+    capabilities.retain(|c| c.len() <= MAX_INFO_STRING);
+    capabilities.truncate(MAX_CAPABILITIES);
+    let mut parameters: Vec<Parameter> = info.parameters;
+    parameters.truncate(MAX_PARAMETERS);
+    PluginInfo {
+        name: short(info.name),
+        version: short(info.version),
+        wit_version: short(info.wit_version),
+        capabilities,
+        parameters,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ParameterKind, Phase};
+
+    fn vm(id: &str) -> VmStatus {
+        VmStatus {
+            id: id.into(),
+            phase: Phase::Running,
+            addresses: Vec::new(),
+            message: None,
+        }
+    }
+
+    #[test]
+    fn truncates_on_a_char_boundary_with_a_marker() {
+        assert_eq!(truncate("short".into(), 1024), "short");
+        let exact = "x".repeat(1024);
+        assert_eq!(truncate(exact.clone(), 1024), exact);
+        // 'é' is two bytes: a cut at an odd offset must step back, never split it.
+        let long = "é".repeat(600);
+        let cut = truncate(long, 1024);
+        assert!(cut.len() <= 1024, "{}", cut.len());
+        assert!(cut.ends_with(ELLIPSIS));
+        assert!(cut.trim_end_matches(ELLIPSIS).chars().all(|c| c == 'é'));
+        assert_eq!(truncate("abcdef".into(), 2), "");
+    }
+
+    #[test]
+    fn errors_are_truncated_and_delays_clamped() {
+        let huge = "m".repeat(2 << 20);
+        match error(ProviderError::InvalidSpec(huge.clone())) {
+            ProviderError::InvalidSpec(m) => assert!(m.len() <= MAX_MESSAGE),
+            other => panic!("variant changed: {other:?}"),
+        }
+        let limited = error(ProviderError::RateLimited(RateLimit {
+            retry_after_ms: u64::MAX,
+            message: huge,
+        }));
+        match limited {
+            ProviderError::RateLimited(r) => {
+                assert_eq!(r.retry_after_ms, MAX_RETRY_AFTER_MS);
+                assert!(r.message.len() <= MAX_MESSAGE);
+            }
+            other => panic!("variant changed: {other:?}"),
+        }
+        let small = error(ProviderError::RateLimited(RateLimit {
+            retry_after_ms: 2000,
+            message: "slow".into(),
+        }));
+        assert!(matches!(small, ProviderError::RateLimited(r) if r.retry_after_ms == 2000));
+    }
+
+    #[test]
+    fn status_keeps_the_first_sixteen_short_addresses() {
+        let mut s = vm("i-1");
+        s.addresses = (0..10_000)
+            .map(|i| format!("10.0.{}.{}", i / 256, i % 256))
+            .collect();
+        s.addresses.insert(1, "a".repeat(MAX_ADDRESS + 1));
+        s.message = Some("w".repeat(5000));
+        let bounded = status(s).unwrap();
+        assert_eq!(bounded.addresses.len(), MAX_ADDRESSES);
+        assert_eq!(
+            bounded.addresses.first().map(String::as_str),
+            Some("10.0.0.0")
+        );
+        assert_eq!(
+            bounded.addresses.get(1).map(String::as_str),
+            Some("10.0.0.1")
+        );
+        assert!(bounded.message.is_some_and(|m| m.len() <= MAX_MESSAGE));
+    }
+
+    #[test]
+    fn ids_and_locations_out_of_bounds_are_errors() {
+        assert!(status(vm(&"i".repeat(MAX_ID))).is_ok());
+        assert!(matches!(
+            status(vm(&"i".repeat(MAX_ID + 1))),
+            Err(ProviderError::Permanent(m)) if m.contains("257 bytes")
+        ));
+        assert!(status(vm("")).is_err());
+        assert!(optional_status(None).is_ok_and(|s| s.is_none()));
+        assert!(location("aws:1:r:e".into()).is_ok());
+        assert!(location(String::new()).is_err());
+        assert!(location("l".repeat(MAX_LOCATION + 1)).is_err());
+    }
+
+    #[test]
+    fn result_bounds_errors_raised_by_the_check() {
+        let bounded = result(Ok(vm(&"i".repeat(300))), status);
+        assert!(matches!(bounded, Err(ProviderError::Permanent(m)) if m.len() <= MAX_MESSAGE));
+        let failed: Result<VmStatus, _> =
+            result(Err(ProviderError::Transient("x".repeat(2000))), status);
+        assert!(matches!(failed, Err(ProviderError::Transient(m)) if m.len() <= MAX_MESSAGE));
+    }
+
+    #[test]
+    fn info_is_bounded() {
+        let parameter = Parameter {
+            name: "p".into(),
+            kind: ParameterKind::Text,
+            description: String::new(),
+        };
+        let mut capabilities: Vec<String> = (0..40).map(|i| format!("cap-{i}")).collect();
+        capabilities.insert(0, "c".repeat(65));
+        let bounded = info(PluginInfo {
+            name: "n".repeat(100),
+            version: "1.0.0".into(),
+            wit_version: "0.2.0".into(),
+            capabilities,
+            parameters: vec![parameter; 70],
+        });
+        assert!(bounded.name.len() <= MAX_INFO_STRING);
+        assert_eq!(bounded.version, "1.0.0");
+        assert_eq!(bounded.capabilities.len(), MAX_CAPABILITIES);
+        assert_eq!(
+            bounded.capabilities.first().map(String::as_str),
+            Some("cap-0")
+        );
+        assert_eq!(bounded.parameters.len(), MAX_PARAMETERS);
+    }
+}
