@@ -9,8 +9,10 @@
 //! - [`cache`]: precompiled artifacts on disk.
 
 mod bindings;
+pub mod bounds;
 pub mod cache;
 mod component;
+pub mod conformance;
 pub mod egress;
 pub mod engine;
 mod files;

@@ -38,6 +38,8 @@ pub const IMAGE: &str = "ami-12c6146b";
 pub const UID_TAG: &str = "vmop.dev/uid";
 /// The label selecting one test's ProviderConfigs.
 pub const TEST_LABEL: &str = "vmop.dev/test";
+/// `creationGracePeriodSeconds` of the tests' ProviderConfigs.
+pub const TEST_GRACE_SECONDS: u32 = 2;
 /// File name of the EC2 plugin in the plugin directory.
 pub const PLUGIN_FILE: &str = "ec2.wasm";
 const FIELD_MANAGER: &str = "vmop-tests";
@@ -164,7 +166,11 @@ impl Env {
                     name: secret.to_owned(),
                 }),
                 allowed_hosts: vec![self.moto.endpoint()],
-                limits: Limits::default(),
+                // moto has no read-after-write lag: a short grace keeps deletions quick.
+                limits: Limits {
+                    creation_grace_period_seconds: TEST_GRACE_SECONDS,
+                    ..Limits::default()
+                },
             },
         );
         pc.metadata.labels = Some(BTreeMap::from([(
@@ -218,6 +224,7 @@ impl Env {
                 user_data: None,
                 deletion_policy: DeletionPolicy::Delete,
                 connection_config_map: None,
+                accept_location: None,
             },
         );
         vm.metadata.namespace = Some(self.namespace.clone());
