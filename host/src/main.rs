@@ -1,6 +1,7 @@
 use clap::Parser;
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    vmop::cli::Cli::parse().execute().await
+async fn main() {
+    let result = vmop::cli::Cli::parse().execute().await;
+    std::process::exit(vmop::cli::exit_code(&result));
 }

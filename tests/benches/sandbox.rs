@@ -66,6 +66,7 @@ fn spec() -> VmSpec {
         memory_mib: 2048,
         user_data: None,
         labels: BTreeMap::from([("app".into(), "web".into())]),
+        parameters: BTreeMap::new(),
     }
 }
 

@@ -97,6 +97,7 @@ fn spec(uid: &str, image: &str) -> VmSpec {
         memory_mib: 4096,
         user_data: Some("#cloud-config\n".to_owned()),
         labels: BTreeMap::from([("app".to_owned(), "web".to_owned())]),
+        parameters: BTreeMap::new(),
     }
 }
 

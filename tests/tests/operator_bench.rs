@@ -178,7 +178,7 @@ async fn convergence_benchmark() -> anyhow::Result<()> {
         requests_per_second: 1000,
         burst: 1000,
         max_concurrent_calls: concurrency as u32,
-        ..Limits::default()
+        ..pc.spec.limits.clone()
     };
     env.apply_provider_config(&pc).await?;
     let operator = env

@@ -83,6 +83,7 @@ fn spec(uid: &str) -> VmSpec {
         memory_mib: 512,
         user_data: None,
         labels: BTreeMap::new(),
+        parameters: BTreeMap::new(),
     }
 }
 

@@ -10,6 +10,8 @@ pub use virtual_machine::*;
 
 /// Finalizer on every VirtualMachine whose external machine may exist.
 pub const VM_FINALIZER: &str = "vmop.dev/cleanup";
+/// Annotation on a VirtualMachine: the location its creates go to (see `controller::decide`).
+pub const CREATE_LOCATION: &str = "vmop.dev/create-location";
 
 /// Field manager of every write the operator makes.
 pub const MANAGER: &str = "vmop";

@@ -180,6 +180,13 @@ pub struct Limits {
     #[serde(default = "defaults::max_concurrent_calls")]
     #[schemars(range(min = 1, max = 1024), transform = super::int32)]
     pub max_concurrent_calls: u32,
+
+    /// How long after a create the cloud may still answer that the machine does not exist
+    /// (read-after-write lag), in seconds. Until it has passed, "not found" is not taken as
+    /// "lost" (recreate) nor as "gone" (release the finalizer).
+    #[serde(default = "defaults::creation_grace_period_seconds")]
+    #[schemars(range(min = 0, max = 3600), transform = super::int32)]
+    pub creation_grace_period_seconds: u32,
 }
 
 mod defaults {
@@ -198,6 +205,9 @@ mod defaults {
     pub fn max_concurrent_calls() -> u32 {
         8
     }
+    pub fn creation_grace_period_seconds() -> u32 {
+        30
+    }
 }
 
 impl Default for Limits {
@@ -208,6 +218,7 @@ impl Default for Limits {
             requests_per_second: defaults::requests_per_second(),
             burst: defaults::burst(),
             max_concurrent_calls: defaults::max_concurrent_calls(),
+            creation_grace_period_seconds: defaults::creation_grace_period_seconds(),
         }
     }
 }

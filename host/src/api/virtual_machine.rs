@@ -94,6 +94,16 @@ pub struct VirtualMachineSpec {
     /// machine. The ConfigMap is owned by the VirtualMachine and deleted with it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connection_config_map: Option<ConnectionConfigMap>,
+
+    /// Accepts a move of the ProviderConfig to another location (account, region or
+    /// endpoint). When the ProviderConfig's location differs from `status.location`, the
+    /// operator never takes "not found" as "lost" or "gone": the VM shows `Synced=False` with
+    /// reason `LocationChanged` until the ProviderConfig is reverted or this field is set to the
+    /// new location (as the condition message names it). Then the machine at the old location
+    /// is left alone and no longer managed, and a new one is created at the new location.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 512))]
+    pub accept_location: Option<String>,
 }
 
 /// A reference to a cluster-scoped ProviderConfig.
@@ -148,12 +158,11 @@ pub struct VirtualMachineStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 
-    /// A `create` call was started and its outcome is unknown (the operator stopped, or the
-    /// call failed in a way that may have created the machine): the machine may exist without
-    /// an `id`. Deletion then asks the provider (idempotent on the VM's uid) before letting the
-    /// object go, so that such a machine is never leaked.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub create_pending: bool,
+    /// Where the machine was made, as the plugin's `location` names it (e.g. an account, region
+    /// and endpoint). Recorded with `id`; a ProviderConfig now answering another location is
+    /// never read as "the machine is gone" (see `spec.acceptLocation`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
 
     /// The class of the last failed provider call (`TransientError`, `RateLimited`,
     /// `PermanentError`, `InvalidSpec`, `Unauthorized`), cleared on success.

@@ -1,7 +1,9 @@
 //! The `vmop` command line. `main.rs` parses [`Cli`] and dispatches; each subcommand lives in
 //! its own module.
 
+pub mod conformance;
 pub mod crds;
+pub mod plan;
 pub mod plugin;
 pub mod run;
 
@@ -33,6 +35,9 @@ pub enum Command {
     /// Inspect or call a provider plugin in the production sandbox, without a cluster.
     #[command(subcommand)]
     Plugin(plugin::PluginCommand),
+    /// Dry run: what the operator would do next for each VirtualMachine, and why, from
+    /// read-only provider calls. Exits 2 when something would change.
+    Plan(plan::PlanArgs),
 }
 
 impl Cli {
@@ -44,6 +49,20 @@ impl Cli {
             Command::Run(args) => run::run(args).await,
             Command::Crds => crds::print(),
             Command::Plugin(args) => plugin::run(args).await,
+            Command::Plan(args) => plan::run(args).await,
+        }
+    }
+}
+
+/// The process exit code for the outcome of [`Cli::execute`]: 0, 2 when `vmop plan` found
+/// changes, 1 for any other error (printed).
+pub fn exit_code(result: &anyhow::Result<()>) -> i32 {
+    match result {
+        Ok(()) => 0,
+        Err(e) if e.is::<plan::Changes>() => 2,
+        Err(e) => {
+            eprintln!("Error: {e:?}");
+            1
         }
     }
 }

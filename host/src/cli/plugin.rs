@@ -34,6 +34,8 @@ pub enum PluginCommand {
     },
     /// Call `create`, `get` or `delete` in the production sandbox; print the result as JSON.
     Call(CallArgs),
+    /// Run the contract suite against a live backend; print a pass/fail table (exit 1 on a failure).
+    Conformance(super::conformance::ConformanceArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -120,6 +122,7 @@ pub async fn execute(cmd: PluginCommand, out: &mut (dyn Write + Send)) -> anyhow
             write_json(out, &inspect_json(&plugin))
         }
         PluginCommand::Call(args) => call(args, out).await,
+        PluginCommand::Conformance(args) => super::conformance::run(args, out).await,
     }
 }
 
@@ -291,6 +294,7 @@ fn read_spec(path: &Path) -> anyhow::Result<VmSpec> {
         memory_mib: spec.memory_mib,
         user_data: spec.user_data,
         labels: spec.labels,
+        parameters: BTreeMap::new(),
     })
 }
 

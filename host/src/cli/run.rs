@@ -50,6 +50,12 @@ pub struct RunArgs {
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub poll_interval: Duration,
 
+    /// First retry of a VM whose provider said only a change can help (permanent, invalid
+    /// spec, unauthorized): the cause may be fixed outside Kubernetes, so it is retried on a
+    /// schedule doubling from this to one hour, besides on every change.
+    #[arg(long, default_value = "2m", value_parser = parse_duration)]
+    pub permanent_retry_base: Duration,
+
     /// How often loaded plugin files are checked for changes.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub plugin_poll_interval: Duration,
@@ -80,10 +86,6 @@ pub struct RunArgs {
     /// Name of the leader Lease.
     #[arg(long, default_value = "vmop")]
     pub leader_election_id: String,
-
-    /// Test hook: exit right after a successful create, before recording it.
-    #[arg(long, env = "VMOP_TEST_EXIT_AFTER_CREATE", hide = true)]
-    pub exit_after_create: bool,
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -128,7 +130,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut options = Options::new(operator_namespace.clone());
     options.resync_period = args.resync_period;
     options.poll_interval = args.poll_interval;
-    options.exit_after_create = args.exit_after_create;
+    options.slow_backoff.base = args.permanent_retry_base;
     let config = controller::Config {
         namespace: args.namespace.clone(),
         max_concurrent_reconciles: args.max_concurrent_reconciles,

@@ -29,6 +29,13 @@ impl Default for BackoffConfig {
 }
 
 impl BackoffConfig {
+    /// Two minutes doubling to an hour: for errors that only a change can fix, which may be made
+    /// outside Kubernetes.
+    pub const SLOW: BackoffConfig = BackoffConfig {
+        base: Duration::from_secs(120),
+        cap: Duration::from_secs(3600),
+    };
+
     /// The un-jittered delay after `failures` consecutive failures (`failures >= 1`).
     pub fn delay(&self, failures: u32) -> Duration {
         let exp = failures.saturating_sub(1).min(31);

@@ -1,12 +1,15 @@
-//! Plugin calls for one VM: each waits for its ProviderConfig's limiter, is timed into the
-//! metrics and logged (target `vmop::provider_call`, naming the VM) so calls can be counted.
+//! Plugin calls for one VM: each takes a permit of its ProviderConfig's limiter without
+//! waiting (a throttled call is [`Error::Throttled`], and the VM is requeued for when its token
+//! is due), is timed into the metrics and logged (target `vmop::provider_call`, naming the VM)
+//! so calls can be counted.
 
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 use super::context::Context;
 use super::error::Error;
 use super::provider::Provider;
-use crate::plugin::{CallError, Operation, VmSpec, VmStatus};
+use crate::plugin::{CallError, Operation, UpdateOutcome, VmSpec, VmStatus};
 use crate::telemetry::metrics::CallOutcome;
 
 /// The calls made for one VM (`namespace/name`) through one provider.
@@ -18,25 +21,61 @@ pub struct Calls<'a> {
 }
 
 impl Calls<'_> {
+    pub async fn location(&self) -> Result<String, Error> {
+        self.call(Operation::Location, |p| p.plugin.location(&p.call))
+            .await
+    }
+
+    pub async fn find(&self, uid: &str) -> Result<Option<VmStatus>, Error> {
+        self.call(Operation::Find, |p| p.plugin.find(&p.call, uid))
+            .await
+    }
+
     pub async fn create(&self, spec: &VmSpec) -> Result<VmStatus, Error> {
-        let _permit = self.provider.permit().await;
-        let started = Instant::now();
-        let result = self.provider.plugin.create(&self.provider.call, spec).await;
-        self.record(Operation::Create, result, started.elapsed())
+        self.call(Operation::Create, |p| p.plugin.create(&p.call, spec))
+            .await
     }
 
     pub async fn get(&self, id: &str) -> Result<Option<VmStatus>, Error> {
-        let _permit = self.provider.permit().await;
-        let started = Instant::now();
-        let result = self.provider.plugin.get(&self.provider.call, id).await;
-        self.record(Operation::Get, result, started.elapsed())
+        self.call(Operation::Get, |p| p.plugin.get(&p.call, id))
+            .await
+    }
+
+    pub async fn update(&self, id: &str, spec: &VmSpec) -> Result<UpdateOutcome, Error> {
+        self.call(Operation::Update, |p| p.plugin.update(&p.call, id, spec))
+            .await
+    }
+
+    pub async fn start(&self, id: &str) -> Result<(), Error> {
+        self.call(Operation::Start, |p| p.plugin.start(&p.call, id))
+            .await
+    }
+
+    pub async fn stop(&self, id: &str) -> Result<(), Error> {
+        self.call(Operation::Stop, |p| p.plugin.stop(&p.call, id))
+            .await
     }
 
     pub async fn delete(&self, id: &str) -> Result<(), Error> {
-        let _permit = self.provider.permit().await;
+        self.call(Operation::Delete, |p| p.plugin.delete(&p.call, id))
+            .await
+    }
+
+    async fn call<'p, T, F>(
+        &'p self,
+        op: Operation,
+        call: impl FnOnce(&'p Provider) -> F,
+    ) -> Result<T, Error>
+    where
+        F: Future<Output = Result<T, CallError>>,
+    {
+        let _permit = self
+            .provider
+            .try_permit(&self.vm)
+            .map_err(|retry_after| Error::Throttled { op, retry_after })?;
         let started = Instant::now();
-        let result = self.provider.plugin.delete(&self.provider.call, id).await;
-        self.record(Operation::Delete, result, started.elapsed())
+        let result = call(self.provider).await;
+        self.record(op, result, started.elapsed())
     }
 
     fn record<T>(
@@ -51,7 +90,7 @@ impl Calls<'_> {
             .provider_call(provider, op, CallOutcome::of(&result), elapsed);
         let outcome = match &result {
             Ok(_) => "ok",
-            Err(e) => e.class().reason(),
+            Err(e) => e.reason(),
         };
         tracing::debug!(
             target: "vmop::provider_call",

@@ -6,8 +6,10 @@ use std::time::Duration;
 use kube::Client;
 use kube::runtime::reflector::ObjectRef;
 
+use super::attempts::Attempts;
 use super::backoff::{BackoffConfig, Backoffs};
 use super::index::VmIndex;
+use super::locations::Locations;
 use super::provider::Resolver;
 use crate::api::{ProviderConfig, VirtualMachine};
 use crate::telemetry::events::EventSink;
@@ -24,9 +26,9 @@ pub struct Options {
     pub poll_interval: Duration,
     /// Backoff of transient failures.
     pub backoff: BackoffConfig,
-    /// Test hook: exit the process right after a successful `create`, before its result is
-    /// written to the VM's status, to prove that a crash there does not duplicate machines.
-    pub exit_after_create: bool,
+    /// Schedule of failures that await a change which may happen outside Kubernetes
+    /// (permanent, invalid spec, unauthorized).
+    pub slow_backoff: BackoffConfig,
 }
 
 impl Options {
@@ -36,7 +38,7 @@ impl Options {
             resync_period: Duration::from_secs(300),
             poll_interval: Duration::from_secs(5),
             backoff: BackoffConfig::default(),
-            exit_after_create: false,
+            slow_backoff: BackoffConfig::SLOW,
         }
     }
 }
@@ -49,6 +51,10 @@ pub struct Context {
     pub options: Options,
     pub index: Arc<VmIndex>,
     pub vm_backoffs: Backoffs<ObjectRef<VirtualMachine>>,
+    pub vm_slow_backoffs: Backoffs<ObjectRef<VirtualMachine>>,
+    /// What this process knows about create attempts (grace periods, path 10).
+    pub attempts: Attempts,
+    pub locations: Locations,
     pub pc_backoffs: Backoffs<ObjectRef<ProviderConfig>>,
 }
 

@@ -13,7 +13,7 @@ pub enum Error {
     Resolve {
         name: String,
         #[source]
-        source: ResolveError,
+        source: Box<ResolveError>,
     },
     #[error("spec.memory is invalid")]
     Memory(#[source] QuantityError),
@@ -31,6 +31,13 @@ pub enum Error {
     },
     #[error("external machine {id} is not gone yet")]
     DeletionPending { id: String },
+    /// The ProviderConfig's rate or concurrency limit has no room now: not a failure, the VM is
+    /// requeued for when its token is due.
+    #[error("provider call {} throttled by the ProviderConfig's limits for {retry_after:?}", op.as_str())]
+    Throttled {
+        op: Operation,
+        retry_after: Duration,
+    },
     #[error("ConfigMap {name} exists and is not controlled by this VirtualMachine")]
     ConfigMapConflict { name: String },
     #[error("object has no metadata.{0}")]
@@ -48,6 +55,13 @@ pub enum Retry {
     After(Duration),
     /// After the poll interval: waiting for progress, not failing.
     Poll,
+    /// Exactly when something the operator itself scheduled is due (a reserved token, the end
+    /// of a grace period): not a failure, no backoff.
+    Due(Duration),
+    /// On a slow per-object schedule (minutes, doubling to an hour), and whenever the VM, its
+    /// ProviderConfig or its Secret changes: the cause may be fixed outside Kubernetes (a quota
+    /// raised, an account opted in), which no watch would see.
+    Slow,
     /// Only when the VM, its ProviderConfig or its Secret changes.
     AwaitChange,
 }
@@ -79,7 +93,8 @@ impl Error {
         match self {
             Error::Resolve { source, .. } => source.reason(),
             Error::Memory(_) => ErrorClass::InvalidSpec.reason(),
-            Error::Call { source, .. } => source.class().reason(),
+            Error::Call { source, .. } => source.reason(),
+            Error::Throttled { .. } => "Throttled",
             Error::Kube { .. } | Error::Finalizer(_) | Error::Metadata(_) => "KubernetesError",
             Error::DeletionPending { .. } => "Deleting",
             Error::ConfigMapConflict { .. } => "ConfigMapConflict",
@@ -95,9 +110,10 @@ impl Error {
                 ErrorClass::Transient => Retry::Backoff,
                 ErrorClass::RateLimited(after) => Retry::After(after),
                 ErrorClass::Permanent | ErrorClass::InvalidSpec | ErrorClass::Unauthorized => {
-                    Retry::AwaitChange
+                    Retry::Slow
                 }
             },
+            Error::Throttled { retry_after, .. } => Retry::Due(*retry_after),
             Error::DeletionPending { .. } => Retry::Poll,
             Error::Kube { .. }
             | Error::Finalizer(_)
@@ -138,17 +154,17 @@ mod tests {
             (
                 call(ProviderError::Permanent("x".into())),
                 "PermanentError",
-                Retry::AwaitChange,
+                Retry::Slow,
             ),
             (
                 call(ProviderError::InvalidSpec("x".into())),
                 "InvalidSpec",
-                Retry::AwaitChange,
+                Retry::Slow,
             ),
             (
                 call(ProviderError::Unauthorized("x".into())),
                 "Unauthorized",
-                Retry::AwaitChange,
+                Retry::Slow,
             ),
             (
                 Error::Call {
@@ -172,7 +188,7 @@ mod tests {
     fn configuration_problems_wait_for_a_change() {
         let missing = Error::Resolve {
             name: "aws".into(),
-            source: ResolveError::NotFound { name: "aws".into() },
+            source: Box::new(ResolveError::NotFound { name: "aws".into() }),
         };
         assert_eq!(missing.reason(), "ProviderConfigNotFound");
         assert_eq!(missing.retry(), Retry::AwaitChange);

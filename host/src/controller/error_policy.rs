@@ -23,7 +23,16 @@ const MIN_RETRY_AFTER: Duration = Duration::from_secs(1);
 pub fn vm(vm: Arc<VirtualMachine>, error: &Error, ctx: Arc<Context>) -> Action {
     let _span = super::vm_span(&vm).entered();
     let key = ObjectRef::from(&*vm);
-    let action = action(error.retry(), &ctx, || ctx.vm_backoffs.next(&key));
+    let action = action(
+        error.retry(),
+        &ctx,
+        || ctx.vm_backoffs.next(&key),
+        || ctx.vm_slow_backoffs.next(&key),
+    );
+    if let Error::Throttled { .. } = error {
+        tracing::debug!(vm = %key, error = %chain(error), next = ?action, "throttled");
+        return action;
+    }
     tracing::warn!(
         vm = %key,
         reason = error.reason(),
@@ -37,7 +46,12 @@ pub fn vm(vm: Arc<VirtualMachine>, error: &Error, ctx: Arc<Context>) -> Action {
 pub fn provider_config(pc: Arc<ProviderConfig>, error: &Error, ctx: Arc<Context>) -> Action {
     let _span = super::provider_config_span(&pc).entered();
     let key = ObjectRef::from(&*pc);
-    let action = action(error.retry(), &ctx, || ctx.pc_backoffs.next(&key));
+    let action = action(
+        error.retry(),
+        &ctx,
+        || ctx.pc_backoffs.next(&key),
+        || ctx.pc_backoffs.next(&key),
+    );
     tracing::warn!(
         provider_config = %key,
         reason = error.reason(),
@@ -48,9 +62,16 @@ pub fn provider_config(pc: Arc<ProviderConfig>, error: &Error, ctx: Arc<Context>
     action
 }
 
-fn action(retry: Retry, ctx: &Context, backoff: impl FnOnce() -> Duration) -> Action {
+fn action(
+    retry: Retry,
+    ctx: &Context,
+    backoff: impl FnOnce() -> Duration,
+    slow: impl FnOnce() -> Duration,
+) -> Action {
     match retry {
         Retry::Backoff => Action::requeue(backoff()),
+        Retry::Slow => Action::requeue(slow()),
+        Retry::Due(after) => Action::requeue(after),
         Retry::After(after) => {
             // Never earlier than the provider asked: jitter only upwards, by up to 10%.
             let after = after.max(MIN_RETRY_AFTER);

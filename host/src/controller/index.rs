@@ -162,6 +162,7 @@ mod tests {
                 user_data: None,
                 deletion_policy: DeletionPolicy::Delete,
                 connection_config_map: None,
+                accept_location: None,
             },
         );
         vm.metadata.namespace = Some(ns.into());

@@ -5,7 +5,13 @@
 //!
 //! - At most `max_concurrent` calls hold a [`Permit`] at once.
 //! - Over any window of `t` seconds, at most `burst + rate * t` permits are handed out.
-//! - Waiters are served in arrival order for the concurrency cap (tokio's semaphore is fair).
+//! - Nobody waits here: [`Limiter::try_acquire`] answers at once, with a permit or with how long
+//!   until one is due, so a throttled ProviderConfig holds no reconcile worker and never delays
+//!   another's VMs (tests: `try_acquire_never_waits_and_spaces_callers`, and
+//!   `tests/tests/operator_throttle.rs`).
+//! - A caller told to come back is holding a reservation: the token is set aside for it (the
+//!   bucket goes into debt), so callers turned away together come back spaced at the rate
+//!   instead of all at once.
 //!
 //! # Caveats
 //!
@@ -43,11 +49,15 @@ impl TokenBucket {
         }
     }
 
-    /// Takes one token, or says how long until one is available.
-    pub fn try_take(&mut self, now: Instant) -> Result<(), Duration> {
+    fn refill(&mut self, now: Instant) {
         let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
         self.tokens = (self.tokens + elapsed * self.rate).min(self.burst);
         self.last = now;
+    }
+
+    /// Takes one token, or says how long until one is available.
+    pub fn try_take(&mut self, now: Instant) -> Result<(), Duration> {
+        self.refill(now);
         if self.tokens >= 1.0 {
             self.tokens -= 1.0;
             Ok(())
@@ -55,13 +65,29 @@ impl TokenBucket {
             Err(Duration::from_secs_f64((1.0 - self.tokens) / self.rate))
         }
     }
+
+    /// Takes one token now, or sets the next free one aside and says when it is due.
+    pub fn reserve(&mut self, now: Instant) -> Option<Instant> {
+        self.refill(now);
+        self.tokens -= 1.0;
+        if self.tokens >= 0.0 {
+            None
+        } else {
+            Some(now + Duration::from_secs_f64(-self.tokens / self.rate))
+        }
+    }
 }
+
+/// How long a caller turned away by the concurrency cap waits before trying again.
+pub const BUSY_RETRY: Duration = Duration::from_millis(200);
 
 /// Throttle of one ProviderConfig.
 #[derive(Debug)]
 pub struct Limiter {
     limits: Limits,
     bucket: Mutex<TokenBucket>,
+    /// Tokens set aside for callers, by caller key, with when each is due.
+    reservations: Mutex<HashMap<String, Instant>>,
     in_flight: Arc<Semaphore>,
 }
 
@@ -80,7 +106,42 @@ impl Limiter {
                 limits.burst,
                 Instant::now(),
             )),
+            reservations: Mutex::new(HashMap::new()),
             in_flight: Arc::new(Semaphore::new(limits.max_concurrent_calls.max(1) as usize)),
+        }
+    }
+
+    /// A permit now, or how long `caller` should wait before asking again (its token is then
+    /// reserved). Never waits.
+    pub fn try_acquire(&self, caller: &str) -> Result<Permit, Duration> {
+        let now = Instant::now();
+        let slot = self
+            .in_flight
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| BUSY_RETRY)?;
+        let mut reservations = self
+            .reservations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(due) = reservations.get(caller).copied() {
+            if due > now {
+                return Err(due - now);
+            }
+            reservations.remove(caller);
+            return Ok(Permit { _slot: Some(slot) });
+        }
+        let reserved = self
+            .bucket
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .reserve(now);
+        match reserved {
+            None => Ok(Permit { _slot: Some(slot) }),
+            Some(due) => {
+                reservations.insert(caller.to_owned(), due);
+                Err(due - now)
+            }
         }
     }
 
@@ -196,6 +257,42 @@ mod tests {
             .await
             .unwrap()
             .unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn try_acquire_never_waits_and_spaces_callers() {
+        let limiter = Limiter::new(&limits(2, 1, 100));
+        assert!(limiter.try_acquire("a").is_ok(), "the burst is free");
+        let b = limiter.try_acquire("b").unwrap_err();
+        let c = limiter.try_acquire("c").unwrap_err();
+        assert_eq!(b, Duration::from_millis(500));
+        assert_eq!(
+            c,
+            Duration::from_millis(1000),
+            "reservations queue at the rate"
+        );
+        assert_eq!(
+            limiter.try_acquire("b").unwrap_err(),
+            b,
+            "asking again early keeps the same reservation"
+        );
+        tokio::time::advance(b).await;
+        assert!(
+            limiter.try_acquire("b").is_ok(),
+            "a due reservation is honoured"
+        );
+        assert!(limiter.try_acquire("c").is_err());
+        tokio::time::advance(Duration::from_millis(500)).await;
+        assert!(limiter.try_acquire("c").is_ok());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn try_acquire_is_refused_at_the_concurrency_cap() {
+        let limiter = Limiter::new(&limits(1000, 1000, 1));
+        let held = limiter.try_acquire("a").unwrap();
+        assert_eq!(limiter.try_acquire("b").unwrap_err(), BUSY_RETRY);
+        drop(held);
+        assert!(limiter.try_acquire("b").is_ok());
     }
 
     #[test]

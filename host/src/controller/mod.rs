@@ -6,16 +6,22 @@
 //! - [`limiter`]: per-ProviderConfig rate and concurrency limits around every plugin call.
 //! - [`index`], [`watches`]: which VMs a ProviderConfig, Secret or plugin change concerns.
 
+pub mod attempts;
 pub mod backoff;
 pub mod calls;
 pub mod connection;
 pub mod context;
+pub mod decide;
+pub mod effects;
 pub mod error;
 pub mod error_policy;
 pub mod index;
 pub mod limiter;
+pub mod locations;
+pub mod plan;
 pub mod provider;
 pub mod provider_config;
+pub mod relist;
 pub mod vm;
 pub mod vm_status;
 pub mod watches;
@@ -102,7 +108,10 @@ pub async fn run(
         index: Arc::new(VmIndex::new(pc_tx.clone())),
         options: config.options.clone(),
         vm_backoffs: Backoffs::new(backoff),
+        vm_slow_backoffs: Backoffs::new(config.options.slow_backoff),
         pc_backoffs: Backoffs::new(backoff),
+        attempts: attempts::Attempts::new(),
+        locations: locations::Locations::default(),
     });
 
     let fanout = Fanout {
@@ -166,8 +175,10 @@ pub async fn run(
     let index = ctx.index.clone();
     // Status writes do not trigger a reconcile; spec changes, deletion (which bumps the
     // generation) and finalizer changes (the helper waits for its own patch) do.
-    let vm_triggers = watcher(vm_api, watcher::Config::default())
-        .default_backoff()
+    // A consistent list (not the API server's possibly lagging cache): a new epoch must not
+    // start from a view older than its predecessor's writes (see `attempts.rs`).
+    let vm_watch = watcher::Config::default().list_semantic(watcher::ListSemantic::MostRecent);
+    let vm_triggers = relist::watch(vm_api, vm_watch)
         .map_ok(move |event| {
             index.observe(&event);
             event

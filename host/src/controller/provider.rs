@@ -94,6 +94,10 @@ pub struct Provider {
     pub name: String,
     pub plugin: Arc<Plugin>,
     pub call: CallContext,
+    /// Changes whenever anything a call depends on changes (settings, credentials, plugin).
+    pub identity: u64,
+    /// `spec.limits.creationGracePeriodSeconds`.
+    pub grace: Duration,
     /// `spec.credentials` as resolved.
     pub credentials: CredentialsMode,
     limiter: Arc<Limiter>,
@@ -106,10 +110,10 @@ impl Provider {
         self.credentials.is_passthrough()
     }
 
-    /// Waits until this ProviderConfig's limits allow one more call; hold the permit for the
-    /// duration of the call.
-    pub async fn permit(&self) -> Permit {
-        self.limiter.acquire().await
+    /// A permit for one call by `caller` (hold it for the duration of the call), or how long
+    /// to wait before asking again. Never waits.
+    pub fn try_permit(&self, caller: &str) -> Result<Permit, Duration> {
+        self.limiter.try_acquire(caller)
     }
 }
 
@@ -143,6 +147,13 @@ impl Resolver {
     pub async fn resolve(&self, config: &ProviderConfig) -> Result<Provider, ResolveError> {
         let spec = &config.spec;
         let secret = credentials(&self.secrets, &self.operator_namespace, config)?;
+        let credentials_hash = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::hash::DefaultHasher::new();
+            secret.hash(&mut h);
+            spec.credentials.as_str().hash(&mut h);
+            h.finish()
+        };
         let egress = EgressPolicy::parse(&spec.allowed_hosts)
             .map_err(ResolveError::AllowedHosts)?
             .allow_private_networks(spec.allow_private_networks);
@@ -173,8 +184,20 @@ impl Resolver {
             },
             label: name.clone(),
         };
+        let identity = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::hash::DefaultHasher::new();
+            // The raw Secret, not what the plugin is handed: under host-side signing the plugin
+            // gets no secret, yet another account is another location.
+            spec.config.hash(&mut h);
+            credentials_hash.hash(&mut h);
+            plugin.digest().hash(&mut h);
+            h.finish()
+        };
         Ok(Provider {
             limiter: self.limiters.get(&name, limits),
+            grace: Duration::from_secs(u64::from(limits.creation_grace_period_seconds)),
+            identity,
             name,
             plugin,
             call,

@@ -74,7 +74,10 @@ pub async fn reconcile(pc: Arc<ProviderConfig>, ctx: Arc<Context>) -> Result<Act
             ctx.pc_backoffs.reset(&ObjectRef::from(&*pc));
             Ok(Action::await_change())
         }
-        Err(source) => Err(Error::Resolve { name, source }),
+        Err(source) => Err(Error::Resolve {
+            name,
+            source: Box::new(source),
+        }),
     }
 }
 

@@ -1,265 +1,370 @@
-//! The VirtualMachine reconciler.
+//! The VirtualMachine reconciler: asks [`decide`] what the VM needs, answers its questions
+//! with read-only plugin calls and carries out the action it names, through [`Effects`].
 //!
 //! # Guarantees
 //!
-//! - The finalizer is on the object before the first `create` (kube's [`finalizer`] helper adds
-//!   it and waits for the next event before applying).
-//! - `status.createPending` is written before every `create`, and `status.id` right after a
-//!   successful one, in the same write as the rest of the observed status.
-//! - `create` is idempotent on the VM's uid (plugin contract), so a crash between `create` and
-//!   the status write never duplicates a machine: the next reconcile gets the same one back.
-//! - A machine that vanished behind the operator's back is recreated (Event `ExternalVMLost`);
-//!   one the provider reports failed is shown in `Ready`, not replaced.
-//! - The finalizer is removed only once the provider confirms the machine is gone, or when
-//!   `deletionPolicy: Orphan` says to leave it; a machine that may exist without an id
-//!   (`createPending`) is looked up through `create` first. A missing ProviderConfig or Secret
-//!   keeps the finalizer, with the reason in `Synced` and an Event.
-//! - Every failure sets `Synced=False` with its reason and publishes an Event; the error
-//!   policy decides when to try again.
+//! - The finalizer is on the object before the first `create` (added and written first, with a
+//!   resourceVersion guard).
+//! - `status.id` and `status.location` are written right after a successful `create`, in the
+//!   same write as the rest of the observed status; nothing is written before it. A crash in
+//!   between never duplicates a machine: `create` is idempotent on the uid, and a VM without an
+//!   id is looked up with `find` wherever absence matters (deletion).
+//! - Absence proves nothing alone (see [`decide`]): a machine is recreated (Event
+//!   `ExternalVMLost`) or its finalizer released only when `get` and `find` agree, the grace
+//!   period has passed and the location is the recorded one; a moved ProviderConfig shows
+//!   `Synced=False`, reason `LocationChanged`.
+//! - Deletion never calls `create`. The finalizer is removed only once the provider confirms
+//!   the machine is gone, or `deletionPolicy: Orphan` says to leave it. A missing
+//!   ProviderConfig or Secret keeps the finalizer, with the reason in `Synced` and an Event.
+//! - Status and finalizer writes are guarded by the resourceVersion read, so a reconcile on a
+//!   stale view fails and is retried instead of overwriting newer state.
+//! - Every failure sets `Synced=False` with its reason and publishes an Event, except waits
+//!   that are not failures (a throttle of our own, the grace period); the error policy decides
+//!   when to try again.
 //!
-//! # Caveats
-//!
-//! - Looking up a possibly-created machine at deletion calls `create`: if the earlier attempt
-//!   never reached the cloud, this makes a machine only to delete it right after.
+//! Tests: `host/tests/simulation.rs` (the invariants over random schedules with crashes, lag,
+//! lost responses, throttling and moves), and the operator tests in `tests/tests/`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use kube::runtime::controller::Action;
-use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
+use kube::runtime::controller::Action as Requeue;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 
+use super::attempts::Attempts;
 use super::backoff::jitter;
 use super::calls::Calls;
 use super::connection;
 use super::context::Context;
+use super::decide::{Action, Facts, Observed, Step, decide};
+use super::effects::{Effects, Live, Severity};
 use super::error::Error;
 use super::provider::Provider;
-use super::vm_status::{self, Writer};
+use super::vm_status;
 use crate::api::quantity::to_mib;
-use crate::api::{DeletionPolicy, VM_FINALIZER, VirtualMachine, VirtualMachineStatus, VmPhase};
-use crate::plugin::{CallError, ErrorClass, Phase, VmSpec, VmStatus};
+use crate::api::{CREATE_LOCATION, VM_FINALIZER, VirtualMachine, VirtualMachineStatus, VmPhase};
+use crate::plugin::{Phase, VmSpec, VmStatus};
 use crate::telemetry::events::chain;
 
-pub async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Action, Error> {
+/// How a reconcile ended, in terms the caller turns into a requeue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The machine is in this phase; look again after the poll or resync period.
+    Settled(Phase),
+    /// The provider is deleting it; look again after the poll interval.
+    Deleting,
+    /// Nothing is left to do for this object (finalizer released).
+    Done,
+    /// Look again after exactly this long (the grace period is not over).
+    After(Duration),
+    /// The ProviderConfig moved; look again when something changes, or slowly.
+    Blocked,
+}
+
+pub async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Requeue, Error> {
     let namespace = vm.namespace().ok_or(Error::Metadata("namespace"))?;
     let api: Api<VirtualMachine> = Api::namespaced(ctx.client.clone(), &namespace);
     let key = ObjectRef::from(&*vm);
-    let action = finalizer(&api, VM_FINALIZER, vm, |event| async {
-        match event {
-            FinalizerEvent::Apply(vm) => apply(&vm, &api, &ctx).await,
-            FinalizerEvent::Cleanup(vm) => cleanup(&vm, &api, &ctx).await,
-        }
-    })
-    .await
-    .map_err(Error::from_finalizer)?;
-    ctx.vm_backoffs.reset(&key);
-    Ok(action)
-}
-
-async fn apply(
-    vm: &VirtualMachine,
-    api: &Api<VirtualMachine>,
-    ctx: &Context,
-) -> Result<Action, Error> {
-    let mut status = vm_status::current(vm);
-    let mut writer = Writer::new(api, vm);
-    match converge(vm, &mut writer, ctx, &mut status).await {
-        Ok(action) => Ok(action),
-        Err(error) => {
-            report(vm, &mut writer, ctx, &mut status, &error, "").await;
-            Err(error)
-        }
+    let deleting = vm.meta().deletion_timestamp.is_some();
+    if deleting && !vm.finalizers().iter().any(|f| f == VM_FINALIZER) {
+        return Ok(Requeue::await_change());
     }
-}
-
-/// Makes the external machine match the VM, and the status match the machine.
-async fn converge(
-    vm: &VirtualMachine,
-    writer: &mut Writer<'_>,
-    ctx: &Context,
-    status: &mut VirtualMachineStatus,
-) -> Result<Action, Error> {
-    let provider = resolve(vm, ctx).await?;
-    let calls = calls(vm, ctx, &provider);
-    let spec = vm_spec(vm)?;
-    let previous_phase = status.phase;
-    let seen = match status.id.clone() {
-        None => create(vm, writer, &calls, &spec, status).await?,
-        Some(id) => match calls.get(&id).await? {
-            Some(seen) => seen,
-            None => {
-                ctx.events
-                    .warning(
-                        vm,
-                        "Observe",
-                        "ExternalVMLost",
-                        format!("external machine {id} no longer exists; creating a new one"),
-                    )
-                    .await;
-                status.id = None;
-                create(vm, writer, &calls, &spec, status).await?
-            }
-        },
+    let prepared = match vm_spec(&vm) {
+        Ok(spec) => resolve(&vm, &ctx).await.map(|provider| (spec, provider)),
+        Err(error) => Err(error),
     };
-    vm_status::observed(status, vm, &seen);
-    writer.write(status).await?;
-    phase_events(vm, ctx, previous_phase, &seen).await;
-    connection::ensure(&ctx.client, vm, status).await?;
-    Ok(next_check(seen.phase, ctx))
-}
-
-/// Creates (or, idempotently, finds) the machine and records it in the status at once.
-async fn create(
-    vm: &VirtualMachine,
-    writer: &mut Writer<'_>,
-    calls: &Calls<'_>,
-    spec: &VmSpec,
-    status: &mut VirtualMachineStatus,
-) -> Result<VmStatus, Error> {
-    let ctx = calls.ctx;
-    if !status.create_pending {
-        status.create_pending = true;
-        vm_status::not_ready(status, vm, "Creating", "creating the external machine");
-        writer.write(status).await?;
-    }
-    let seen = match calls.create(spec).await {
-        Ok(seen) => seen,
+    let (spec, provider) = match prepared {
+        Ok(prepared) => prepared,
         Err(error) => {
-            if let Error::Call { source, .. } = &error
-                && !may_have_created(source)
-            {
-                status.create_pending = false;
-            }
+            report_unresolved(&vm, &api, &ctx, &error).await;
             return Err(error);
         }
     };
-    if ctx.options.exit_after_create {
-        tracing::warn!(id = %seen.id, "exiting after create, before the status write (test hook)");
-        std::process::exit(EXIT_AFTER_CREATE_CODE);
+    let calls = Calls {
+        ctx: &ctx,
+        provider: &provider,
+        vm: format!("{namespace}/{}", vm.name_any()),
+    };
+    let facts = facts(&vm, &ctx.attempts, provider.grace);
+    let mut effects = Live::new(calls, &api, &ctx.events, spec, (*vm).clone());
+    let mut status = vm_status::current(&vm);
+    let outcome = drive(&vm, facts, &ctx.attempts, &mut status, &mut effects).await?;
+    if outcome != Outcome::Done && !deleting {
+        connection::ensure(&ctx.client, &effects.vm, &status).await?;
     }
-    vm_status::observed(status, vm, &seen);
-    writer.write(status).await?;
-    ctx.events
-        .normal(
-            vm,
-            "Create",
-            "Created",
-            format!(
-                "external machine {} created through ProviderConfig {} ({})",
-                seen.id,
-                calls.provider.name,
-                seen.phase.as_str()
-            ),
-        )
-        .await;
-    Ok(seen)
+    ctx.vm_backoffs.reset(&key);
+    ctx.vm_slow_backoffs.reset(&key);
+    Ok(requeue(&outcome, &ctx))
 }
 
-/// The exit code of the `exit_after_create` test hook.
-pub const EXIT_AFTER_CREATE_CODE: i32 = 86;
-
-/// Only a call that may have reached the cloud and failed on the way back can have created a
-/// machine; a refused one (unauthorized, invalid, permanent, throttled) did not.
-fn may_have_created(error: &CallError) -> bool {
-    matches!(error.class(), ErrorClass::Transient)
+/// What [`decide`] needs: the object, and what `attempts` knows with the ProviderConfig's
+/// creation grace period.
+pub fn facts(vm: &VirtualMachine, attempts: &Attempts, grace: Duration) -> Facts {
+    let status = vm.status.as_ref();
+    let uid = vm.meta().uid.as_deref().unwrap_or_default();
+    Facts {
+        deleting: vm.meta().deletion_timestamp.is_some(),
+        deletion_policy: vm.spec.deletion_policy,
+        id: status.and_then(|s| s.id.clone()),
+        recorded_location: status.and_then(|s| s.location.clone()),
+        // What this process itself attempted beats an annotation the informer may show from
+        // before its own writes.
+        intended_location: attempts
+            .reached_location(uid)
+            .or_else(|| vm.annotations().get(CREATE_LOCATION).cloned()),
+        accept_location: vm.spec.accept_location.clone(),
+        absence_wait: attempts.absence_wait(uid, grace),
+        never_created: attempts.never_created(uid),
+    }
 }
 
-async fn cleanup(
+/// Runs the decision loop for one VM and carries out its action through `fx`, updating
+/// `status` and `attempts` as it goes. On error, the failure has been recorded in `Synced` and
+/// an Event. This is the whole reconcile apart from resolving the ProviderConfig: the
+/// simulation calls it with fake effects.
+pub async fn drive<E: Effects>(
     vm: &VirtualMachine,
-    api: &Api<VirtualMachine>,
-    ctx: &Context,
-) -> Result<Action, Error> {
-    let mut status = vm_status::current(vm);
-    let mut writer = Writer::new(api, vm);
-    match remove_external(vm, &mut writer, ctx, &mut status).await {
-        Ok(action) => Ok(action),
-        Err(error @ Error::DeletionPending { .. }) => Err(error),
+    mut facts: Facts,
+    attempts: &Attempts,
+    status: &mut VirtualMachineStatus,
+    fx: &mut E,
+) -> Result<Outcome, Error> {
+    let has_finalizer = vm.finalizers().iter().any(|f| f == VM_FINALIZER);
+    if facts.deleting && !has_finalizer {
+        return Ok(Outcome::Done);
+    }
+    let uid = vm.meta().uid.clone().ok_or(Error::Metadata("uid"))?;
+    let mut run = Run {
+        vm,
+        uid: &uid,
+        attempts,
+        status,
+        fx,
+    };
+    match run.step(&mut facts).await {
+        Ok(outcome) => Ok(outcome),
         Err(error) => {
-            report(
-                vm,
-                &mut writer,
-                ctx,
-                &mut status,
-                &error,
-                "cannot delete the external machine: ",
-            )
-            .await;
+            if !matches!(error, Error::Throttled { .. }) {
+                report(vm, run.status, run.fx, &error, facts.deleting).await;
+            }
             Err(error)
         }
     }
 }
 
-/// Deletes the external machine (unless orphaned) and confirms it is gone.
-async fn remove_external(
-    vm: &VirtualMachine,
-    writer: &mut Writer<'_>,
-    ctx: &Context,
-    status: &mut VirtualMachineStatus,
-) -> Result<Action, Error> {
-    if vm.spec.deletion_policy == DeletionPolicy::Orphan {
-        let note = match &status.id {
-            Some(id) => format!("left external machine {id} in place (deletionPolicy: Orphan)"),
-            None => "no external machine to leave in place (deletionPolicy: Orphan)".to_owned(),
-        };
-        ctx.events.normal(vm, "Delete", "Orphaned", note).await;
-        return Ok(Action::await_change());
-    }
-    if status.id.is_none() && !status.create_pending {
-        // No create ever succeeded or may have: nothing exists.
-        return Ok(Action::await_change());
-    }
-    let provider = resolve(vm, ctx).await?;
-    let calls = calls(vm, ctx, &provider);
-    let id = match status.id.clone() {
-        Some(id) => id,
-        None => calls.create(&vm_spec(vm)?).await?.id,
-    };
-    // Once the provider accepted the deletion (phase Deleting), only watch it go.
-    if status.phase != Some(VmPhase::Deleting) {
-        calls.delete(&id).await?;
-    }
-    match calls.get(&id).await? {
-        None => {
-            ctx.events
-                .normal(
-                    vm,
-                    "Delete",
-                    "Deleted",
-                    format!("external machine {id} deleted"),
-                )
-                .await;
-            Ok(Action::await_change())
+/// One reconcile in progress.
+struct Run<'r, E> {
+    vm: &'r VirtualMachine,
+    uid: &'r str,
+    attempts: &'r Attempts,
+    status: &'r mut VirtualMachineStatus,
+    fx: &'r mut E,
+}
+
+impl<E: Effects> Run<'_, E> {
+    async fn step(&mut self, facts: &mut Facts) -> Result<Outcome, Error> {
+        let vm = self.vm;
+        let has_finalizer = vm.finalizers().iter().any(|f| f == VM_FINALIZER);
+        let previous_phase = self.status.phase;
+        let mut seen = Observed::default();
+        if !facts.deleting && !has_finalizer {
+            let location = self.fx.location().await?;
+            // Before the patch: if it lands but its answer is lost, every create for this VM
+            // is still ours.
+            self.attempts.finalizer_added(self.uid);
+            self.fx.add_finalizer(&location).await?;
+            facts.intended_location = Some(location.clone());
+            seen.location = Some(location);
         }
-        Some(seen) => {
-            status.id = Some(id.clone());
-            status.phase = Some(VmPhase::Deleting);
-            status.addresses = seen.addresses;
-            vm_status::not_ready(
-                status,
-                vm,
-                "Deleting",
-                "waiting for the provider to delete the machine",
-            );
-            writer.write(status).await?;
-            Err(Error::DeletionPending { id })
+        let mut deleted: Option<String> = None;
+        loop {
+            let action = match decide(facts, &seen) {
+                Step::Get(id) => {
+                    seen.get = Some(self.fx.get(&id).await?);
+                    continue;
+                }
+                Step::Find => {
+                    seen.find = Some(self.fx.find().await?);
+                    continue;
+                }
+                Step::Location => {
+                    seen.location = Some(self.fx.location().await?);
+                    continue;
+                }
+                Step::Act(action) => action,
+            };
+            match action {
+                Action::Observe(machine) => {
+                    vm_status::observed(self.status, vm, &machine);
+                    if let Some(location) = seen.location.take() {
+                        self.status.location = Some(location);
+                    }
+                    self.fx.write_status(self.status).await?;
+                    phase_events(self.fx, previous_phase, &machine).await;
+                    return Ok(Outcome::Settled(machine.phase));
+                }
+                Action::Create { location } => return self.create(location).await,
+                Action::Intend { location } => {
+                    self.fx.intend(&location).await?;
+                    facts.intended_location = Some(location);
+                }
+                Action::Recreate { lost, location } => {
+                    let note = format!(
+                        "external machine {lost} no longer exists at {location}; creating a new one"
+                    );
+                    self.fx
+                        .event(Severity::Warning, "Observe", "ExternalVMLost", note)
+                        .await;
+                    self.status.id = None;
+                    facts.id = None;
+                    facts.recorded_location = None;
+                }
+                Action::Delete(machine) => {
+                    if deleted.as_deref() == Some(machine.id.as_str()) {
+                        // Asked once in this reconcile and still there: watch it go.
+                        return self.awaiting_deletion(&machine).await;
+                    }
+                    self.fx.delete(&machine.id).await?;
+                    self.status.id = Some(machine.id.clone());
+                    facts.id = Some(machine.id.clone());
+                    deleted = Some(machine.id);
+                    seen = Observed {
+                        location: seen.location,
+                        ..Observed::default()
+                    };
+                }
+                Action::AwaitDeletion(machine) => return self.awaiting_deletion(&machine).await,
+                Action::Release => {
+                    // A log line, not an Event: the object goes away with the finalizer, and
+                    // an Event about it would be one more write per VM that nobody can read
+                    // with `kubectl describe`.
+                    if let Some(id) = &self.status.id {
+                        tracing::info!(id = %id, "external machine deleted; releasing the finalizer");
+                    }
+                    self.fx.remove_finalizer().await?;
+                    self.attempts.forget(self.uid);
+                    return Ok(Outcome::Done);
+                }
+                Action::Orphan => {
+                    let note = match &self.status.id {
+                        Some(id) => {
+                            format!("left external machine {id} in place (deletionPolicy: Orphan)")
+                        }
+                        None => "no external machine to leave in place (deletionPolicy: Orphan)"
+                            .to_owned(),
+                    };
+                    self.fx
+                        .event(Severity::Normal, "Delete", "Orphaned", note)
+                        .await;
+                    self.fx.remove_finalizer().await?;
+                    self.attempts.forget(self.uid);
+                    return Ok(Outcome::Done);
+                }
+                Action::AwaitAbsence { remaining } => {
+                    tracing::debug!(
+                        ?remaining,
+                        "the provider reports no machine; waiting out the creation grace period before believing it"
+                    );
+                    return Ok(Outcome::After(remaining));
+                }
+                Action::LocationChanged { recorded, current } => {
+                    let message = format!(
+                        "the ProviderConfig now answers location {current:?}, the machine was made at \
+                         {recorded:?}: it is not recreated nor released while it cannot be seen; revert \
+                         the ProviderConfig, or set spec.acceptLocation to {current:?} to leave the old \
+                         machine and create one there"
+                    );
+                    vm_status::failed(self.status, vm, "LocationChanged", message.clone());
+                    self.fx.write_status(self.status).await?;
+                    self.fx
+                        .event(Severity::Warning, "Observe", "LocationChanged", message)
+                        .await;
+                    return Ok(Outcome::Blocked);
+                }
+            }
         }
+    }
+
+    /// Creates (or, idempotently, gets back) the machine and records it with its location in
+    /// one write.
+    async fn create(&mut self, location: String) -> Result<Outcome, Error> {
+        let result = self.fx.create().await;
+        // Only our own throttle proves nothing was sent; any other outcome may have made a
+        // machine.
+        let reached = !matches!(result, Err(Error::Throttled { .. }));
+        self.attempts.create_ended(self.uid, &location, reached);
+        let machine = result?;
+        vm_status::observed(self.status, self.vm, &machine);
+        self.status.location = Some(location.clone());
+        self.fx.write_status(self.status).await?;
+        let note = format!(
+            "external machine {} created at {location} ({})",
+            machine.id,
+            machine.phase.as_str()
+        );
+        self.fx
+            .event(Severity::Normal, "Create", "Created", note)
+            .await;
+        Ok(Outcome::Settled(machine.phase))
+    }
+
+    async fn awaiting_deletion(&mut self, machine: &VmStatus) -> Result<Outcome, Error> {
+        self.status.id = Some(machine.id.clone());
+        self.status.phase = Some(VmPhase::Deleting);
+        self.status.addresses = machine.addresses.clone();
+        vm_status::not_ready(
+            self.status,
+            self.vm,
+            "Deleting",
+            "waiting for the provider to delete the machine",
+        );
+        self.fx.write_status(self.status).await?;
+        Ok(Outcome::Deleting)
     }
 }
 
 /// Records a failure in `Synced` and an Event. Best effort: a failure to write is logged, the
 /// original error is what the error policy acts on.
-async fn report(
+async fn report<E: Effects>(
     vm: &VirtualMachine,
-    writer: &mut Writer<'_>,
-    ctx: &Context,
     status: &mut VirtualMachineStatus,
+    fx: &mut E,
     error: &Error,
-    prefix: &str,
+    deleting: bool,
 ) {
+    let prefix = if deleting {
+        "cannot delete the external machine: "
+    } else {
+        ""
+    };
     let message = format!("{prefix}{}", chain(error));
     vm_status::failed(status, vm, error.reason(), message.clone());
-    if let Err(e) = writer.write(status).await {
+    if let Err(e) = fx.write_status(status).await {
+        tracing::warn!(vm = %vm.name_any(), error = %chain(&e), "failed to record a failure in status");
+    }
+    fx.event(Severity::Warning, "Reconcile", error.reason(), message)
+        .await;
+}
+
+/// A failure before any provider could be resolved (missing ProviderConfig or Secret, bad
+/// plugin): recorded the same way, with a plain guarded status write.
+async fn report_unresolved(
+    vm: &VirtualMachine,
+    api: &Api<VirtualMachine>,
+    ctx: &Context,
+    error: &Error,
+) {
+    let mut status = vm_status::current(vm);
+    let deleting = vm.meta().deletion_timestamp.is_some();
+    let prefix = if deleting {
+        "cannot delete the external machine: "
+    } else {
+        ""
+    };
+    let message = format!("{prefix}{}", chain(error));
+    vm_status::failed(&mut status, vm, error.reason(), message.clone());
+    if let Err(e) = vm_status::write(api, vm, &status).await {
         tracing::warn!(vm = %vm.name_any(), error = %chain(&e), "failed to record a failure in status");
     }
     ctx.events
@@ -267,12 +372,7 @@ async fn report(
         .await;
 }
 
-async fn phase_events(
-    vm: &VirtualMachine,
-    ctx: &Context,
-    previous: Option<VmPhase>,
-    seen: &VmStatus,
-) {
+async fn phase_events<E: Effects>(fx: &mut E, previous: Option<VmPhase>, seen: &VmStatus) {
     let now = VmPhase::from(seen.phase);
     let Some(previous) = previous.filter(|p| *p != now) else {
         return;
@@ -288,24 +388,28 @@ async fn phase_events(
             Some(m) => format!("{note}: {m}"),
             None => note,
         };
-        ctx.events
-            .warning(vm, "Observe", "ExternalVMFailed", note)
+        fx.event(Severity::Warning, "Observe", "ExternalVMFailed", note)
             .await;
     } else {
-        ctx.events.normal(vm, "Observe", "PhaseChanged", note).await;
+        fx.event(Severity::Normal, "Observe", "PhaseChanged", note)
+            .await;
     }
 }
 
 /// When to look again: soon while the machine is on its way, after the resync period (drift
 /// detection) once it has settled.
-fn next_check(phase: Phase, ctx: &Context) -> Action {
-    match phase {
-        Phase::Running | Phase::Stopped | Phase::Failed => {
-            Action::requeue(jitter(ctx.options.resync_period, 0.1))
+fn requeue(outcome: &Outcome, ctx: &Context) -> Requeue {
+    match outcome {
+        Outcome::Settled(Phase::Running | Phase::Stopped | Phase::Failed) => {
+            Requeue::requeue(jitter(ctx.options.resync_period, 0.1))
         }
-        Phase::Pending | Phase::Provisioning | Phase::Deleting | Phase::Unknown => {
-            Action::requeue(jitter(ctx.options.poll_interval, 0.1))
+        Outcome::Settled(_) | Outcome::Deleting => {
+            Requeue::requeue(jitter(ctx.options.poll_interval, 0.1))
         }
+        Outcome::Done => Requeue::await_change(),
+        // Never earlier than due: jitter upwards only.
+        Outcome::After(after) => Requeue::requeue(*after + after.mul_f64(0.05)),
+        Outcome::Blocked => Requeue::requeue(jitter(ctx.options.slow_backoff.base, 0.1)),
     }
 }
 
@@ -316,11 +420,11 @@ async fn resolve(vm: &VirtualMachine, ctx: &Context) -> Result<Provider, Error> 
         .await
         .map_err(|source| Error::Resolve {
             name: name.clone(),
-            source,
+            source: Box::new(source),
         })
 }
 
-fn vm_spec(vm: &VirtualMachine) -> Result<VmSpec, Error> {
+pub fn vm_spec(vm: &VirtualMachine) -> Result<VmSpec, Error> {
     Ok(VmSpec {
         name: vm.name_any(),
         namespace: vm.namespace().unwrap_or_default(),
@@ -330,13 +434,6 @@ fn vm_spec(vm: &VirtualMachine) -> Result<VmSpec, Error> {
         memory_mib: to_mib(&vm.spec.memory).map_err(Error::Memory)?,
         user_data: vm.spec.user_data.clone(),
         labels: vm.labels().clone(),
+        parameters: Default::default(),
     })
-}
-
-fn calls<'a>(vm: &VirtualMachine, ctx: &'a Context, provider: &'a Provider) -> Calls<'a> {
-    Calls {
-        ctx,
-        provider,
-        vm: format!("{}/{}", vm.namespace().unwrap_or_default(), vm.name_any()),
-    }
 }

@@ -1,17 +1,18 @@
-//! Building and writing `VirtualMachine.status`.
+//! Building `VirtualMachine.status`, and the guarded status write.
 //!
-//! Status is written with server-side apply under the `vmop` field manager, so a field the
-//! operator stops sending (say `lastError` after a success) is removed, and a write that would
-//! change nothing is not sent at all.
+//! Status is written whole (`PUT .../status`) with the resourceVersion of the object read, the
+//! write a controller-runtime operator makes: the API server rejects it when the object changed
+//! since (a stale view never overwrites newer state), a field the operator stops sending is
+//! removed, and a write that would change nothing is not sent at all (`effects.rs`).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Patch, PatchParams};
+use kube::api::PostParams;
 use kube::{Api, Resource, ResourceExt};
 
 use super::error::Error;
 use crate::api::conditions::{self, READY, SYNCED, Status};
-use crate::api::{MANAGER, VirtualMachine, VirtualMachineStatus, VmPhase};
+use crate::api::{VirtualMachine, VirtualMachineStatus, VmPhase};
 use crate::plugin::{Phase, VmStatus};
 
 /// The status as last written, or an empty one.
@@ -25,7 +26,6 @@ pub fn observed(status: &mut VirtualMachineStatus, vm: &VirtualMachine, seen: &V
     status.id = Some(seen.id.clone());
     status.phase = Some(VmPhase::from(seen.phase));
     status.addresses = seen.addresses.clone();
-    status.create_pending = false;
     status.last_error = None;
     status.observed_generation = generation;
     conditions::set(&mut status.conditions, ready(seen, generation));
@@ -106,49 +106,26 @@ pub fn not_ready(
     );
 }
 
-/// Writes one VM's status, remembering what it last wrote so that a write that would change
-/// nothing (compared with the object as read, then with each write since) is not sent.
-#[derive(Debug)]
-pub struct Writer<'a> {
-    api: &'a Api<VirtualMachine>,
-    name: String,
-    written: Option<VirtualMachineStatus>,
-}
-
-impl<'a> Writer<'a> {
-    pub fn new(api: &'a Api<VirtualMachine>, vm: &VirtualMachine) -> Self {
-        Writer {
-            api,
-            name: vm.name_any(),
-            written: vm.status.clone(),
-        }
+/// Writes `status` onto `vm` as read, guarded by its resourceVersion, unless it says what
+/// `vm` already holds.
+pub async fn write(
+    api: &Api<VirtualMachine>,
+    vm: &VirtualMachine,
+    status: &VirtualMachineStatus,
+) -> Result<(), Error> {
+    if vm.status.as_ref().is_some_and(|old| same(old, status)) {
+        return Ok(());
     }
-
-    /// Writes `status` unless it says what was last read or written. Returns whether it wrote.
-    pub async fn write(&mut self, status: &VirtualMachineStatus) -> Result<bool, Error> {
-        if self.written.as_ref().is_some_and(|old| same(old, status)) {
-            return Ok(false);
-        }
-        let patch = serde_json::json!({
-            "apiVersion": VirtualMachine::api_version(&()),
-            "kind": VirtualMachine::kind(&()),
-            "status": status,
-        });
-        self.api
-            .patch_status(
-                &self.name,
-                &PatchParams::apply(MANAGER).force(),
-                &Patch::Apply(&patch),
-            )
-            .await
-            .map_err(Error::kube("write the VirtualMachine status"))?;
-        self.written = Some(status.clone());
-        Ok(true)
-    }
+    let mut object = vm.clone();
+    object.status = Some(status.clone());
+    api.replace_status(&vm.name_any(), &PostParams::default(), &object)
+        .await
+        .map_err(Error::kube("write the VirtualMachine status"))?;
+    Ok(())
 }
 
 /// Equal apart from condition transition times.
-fn same(a: &VirtualMachineStatus, b: &VirtualMachineStatus) -> bool {
+pub fn same(a: &VirtualMachineStatus, b: &VirtualMachineStatus) -> bool {
     let strip = |s: &VirtualMachineStatus| {
         let mut s = s.clone();
         for c in &mut s.conditions {
@@ -176,6 +153,7 @@ mod tests {
                 user_data: None,
                 deletion_policy: DeletionPolicy::Delete,
                 connection_config_map: None,
+                accept_location: None,
             },
         );
         vm.metadata.generation = Some(generation);
@@ -194,14 +172,12 @@ mod tests {
     #[test]
     fn observed_running_is_ready_and_synced() {
         let mut s = VirtualMachineStatus {
-            create_pending: true,
             last_error: Some("TransientError".into()),
             ..Default::default()
         };
         observed(&mut s, &vm(3), &seen(Phase::Running));
         assert_eq!(s.id.as_deref(), Some("i-1"));
         assert_eq!(s.phase, Some(VmPhase::Running));
-        assert!(!s.create_pending);
         assert_eq!(s.last_error, None);
         assert_eq!(s.observed_generation, Some(3));
         assert!(conditions::is_true(&s.conditions, READY));

@@ -12,6 +12,9 @@
 //!   appears and when it is deleted; status writes do not trigger anything.
 //! - A Secret triggers when its `resourceVersion` changes, appears or is deleted.
 //! - Deletions missed while a watch was down are detected at the relist.
+//! - Triggers act on the store's new state: the reflector applies a relist only at its end
+//!   (`InitDone`), so changes seen during a relist are announced then, not as they stream in
+//!   (test: `relist_changes_are_announced_once_the_store_holds_them`; issue 8, path 6).
 //!
 //! [`VmIndex`]: super::index::VmIndex
 
@@ -23,7 +26,7 @@ use futures::channel::mpsc::UnboundedSender;
 use futures::{StreamExt, future};
 use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::reflector::{Lookup, ObjectRef};
-use kube::runtime::watcher::{self, Event, watcher};
+use kube::runtime::watcher::{self, Event};
 use kube::runtime::{WatchStreamExt, reflector::store::Writer};
 use kube::{Api, Resource};
 use tokio::sync::broadcast::error::RecvError;
@@ -39,6 +42,8 @@ pub struct Changes<K: Lookup<DynamicType = ()>> {
     key: fn(&K) -> Option<String>,
     seen: HashMap<ObjectRef<K>, Option<String>>,
     relisted: Option<HashSet<ObjectRef<K>>>,
+    /// Changes seen during the relist in progress, announced at its end.
+    pending: Vec<ObjectRef<K>>,
 }
 
 impl<K: Lookup<DynamicType = ()> + Resource<DynamicType = ()>> Changes<K> {
@@ -47,6 +52,7 @@ impl<K: Lookup<DynamicType = ()> + Resource<DynamicType = ()>> Changes<K> {
             key,
             seen: HashMap::new(),
             relisted: None,
+            pending: Vec::new(),
         }
     }
 
@@ -58,7 +64,9 @@ impl<K: Lookup<DynamicType = ()> + Resource<DynamicType = ()>> Changes<K> {
                 if let Some(relisted) = &mut self.relisted {
                     relisted.insert(ObjectRef::from(obj));
                 }
-                self.upsert(obj).into_iter().collect()
+                let changed = self.upsert(obj);
+                self.pending.extend(changed);
+                Vec::new()
             }
             Event::Delete(obj) => {
                 let r = ObjectRef::from(obj);
@@ -67,11 +75,13 @@ impl<K: Lookup<DynamicType = ()> + Resource<DynamicType = ()>> Changes<K> {
             }
             Event::Init => {
                 self.relisted = Some(HashSet::new());
+                self.pending.clear();
                 Vec::new()
             }
             Event::InitDone => {
+                let mut changed = std::mem::take(&mut self.pending);
                 let Some(relisted) = self.relisted.take() else {
-                    return Vec::new();
+                    return changed;
                 };
                 let gone: Vec<ObjectRef<K>> = self
                     .seen
@@ -82,7 +92,8 @@ impl<K: Lookup<DynamicType = ()> + Resource<DynamicType = ()>> Changes<K> {
                 for r in &gone {
                     self.seen.remove(r);
                 }
-                gone
+                changed.extend(gone);
+                changed
             }
         }
     }
@@ -118,6 +129,7 @@ impl Fanout {
     pub fn provider_config_changed(&self, name: &str) {
         if self.ctx.resolver.lookup(name).is_none() {
             self.ctx.resolver.limiters.remove(name);
+            self.ctx.locations.remove(name);
             self.ctx.metrics.forget_provider_config(name);
         }
         let vms = self.ctx.index.vms_of(name);
@@ -179,8 +191,7 @@ pub async fn run(
     let namespace = fanout.ctx.options.operator_namespace.clone();
 
     let mut pc_changes = Changes::new(generation::<ProviderConfig>);
-    let pcs = watcher(Api::<ProviderConfig>::all(client.clone()), config_watch)
-        .default_backoff()
+    let pcs = super::relist::watch(Api::<ProviderConfig>::all(client.clone()), config_watch)
         .reflect(configs)
         .for_each(|event| {
             match event {
@@ -195,11 +206,10 @@ pub async fn run(
         });
 
     let mut secret_changes = Changes::new(resource_version::<Secret>);
-    let secret_watch = watcher(
+    let secret_watch = super::relist::watch(
         Api::<Secret>::namespaced(client, &namespace),
         watcher::Config::default(),
     )
-    .default_backoff()
     .reflect(secrets)
     .for_each(|event| {
         match event {
@@ -283,18 +293,34 @@ mod tests {
     }
 
     #[test]
-    fn relist_reports_changed_and_vanished_objects() {
+    fn relist_changes_are_announced_once_the_store_holds_them() {
         let mut c = Changes::new(resource_version::<ConfigMap>);
         c.observe(&Event::Apply(cm("same", "1")));
         c.observe(&Event::Apply(cm("edited", "1")));
         c.observe(&Event::Apply(cm("gone", "1")));
         assert!(c.observe(&Event::Init).is_empty());
         assert!(c.observe(&Event::InitApply(cm("same", "1"))).is_empty());
-        assert_eq!(
-            names(c.observe(&Event::InitApply(cm("edited", "2")))),
-            ["edited"]
+        assert!(
+            c.observe(&Event::InitApply(cm("edited", "2"))).is_empty(),
+            "the reflector has not applied the relist yet: a trigger now would read the old object"
         );
-        assert_eq!(names(c.observe(&Event::InitDone)), ["gone"]);
+        assert_eq!(names(c.observe(&Event::InitDone)), ["edited", "gone"]);
         assert!(c.observe(&Event::InitDone).is_empty());
+    }
+
+    #[test]
+    fn the_reflector_applies_a_relist_only_at_its_end() {
+        // The premise of the test above, checked on kube's own store.
+        let (reader, mut writer) = kube::runtime::reflector::store::<ConfigMap>();
+        writer.apply_watcher_event(&Event::Apply(cm("a", "1")));
+        writer.apply_watcher_event(&Event::Init);
+        writer.apply_watcher_event(&Event::InitApply(cm("a", "2")));
+        let rv = |r: &kube::runtime::reflector::Store<ConfigMap>| {
+            r.get(&ObjectRef::new("a").within("ns"))
+                .and_then(|c| c.metadata.resource_version.clone())
+        };
+        assert_eq!(rv(&reader).as_deref(), Some("1"));
+        writer.apply_watcher_event(&Event::InitDone);
+        assert_eq!(rv(&reader).as_deref(), Some("2"));
     }
 }

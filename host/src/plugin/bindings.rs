@@ -6,7 +6,10 @@
 
 use std::time::Duration;
 
-use super::types::{Phase, PluginInfo, ProviderError, ProviderSettings, VmSpec, VmStatus};
+use super::types::{
+    Parameter, ParameterKind, Phase, PluginInfo, ProviderError, ProviderSettings, UpdateOutcome,
+    VmSpec, VmStatus,
+};
 
 wasmtime::component::bindgen!({
     path: "../wit",
@@ -21,13 +24,14 @@ use self::vmop::provider::types as wit;
 pub(crate) use self::vmop::provider::types::{ProviderConfig, VmSpec as WitVmSpec};
 
 /// The WIT package version this host was built against (`package vmop:provider@X.Y.Z`).
-pub const WIT_VERSION: &str = "0.1.0";
+pub const WIT_VERSION: &str = "0.2.0";
+
+fn pairs(m: &std::collections::BTreeMap<String, String>) -> Vec<(String, String)> {
+    m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+}
 
 impl From<&ProviderSettings> for ProviderConfig {
     fn from(s: &ProviderSettings) -> Self {
-        let pairs = |m: &std::collections::BTreeMap<String, String>| {
-            m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
-        };
         ProviderConfig {
             settings: pairs(&s.settings),
             secrets: pairs(&s.secrets),
@@ -45,11 +49,8 @@ impl From<&VmSpec> for wit::VmSpec {
             cpu: s.cpu,
             memory_mib: s.memory_mib,
             user_data: s.user_data.clone(),
-            labels: s
-                .labels
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
+            labels: pairs(&s.labels),
+            parameters: pairs(&s.parameters),
         }
     }
 }
@@ -101,6 +102,32 @@ impl From<wit::PluginInfo> for PluginInfo {
             version: i.version,
             wit_version: i.wit_version,
             capabilities: i.capabilities,
+            parameters: i.parameters.into_iter().map(Into::into).collect(),
+        }
+    }
+}
+
+impl From<wit::Parameter> for Parameter {
+    fn from(p: wit::Parameter) -> Self {
+        Parameter {
+            name: p.name,
+            kind: match p.kind {
+                wit::ParameterKind::Text => ParameterKind::Text,
+                wit::ParameterKind::Integer => ParameterKind::Integer,
+                wit::ParameterKind::Boolean => ParameterKind::Boolean,
+                wit::ParameterKind::StringList => ParameterKind::StringList,
+            },
+            description: p.description,
+        }
+    }
+}
+
+impl From<wit::UpdateOutcome> for UpdateOutcome {
+    fn from(o: wit::UpdateOutcome) -> Self {
+        match o {
+            wit::UpdateOutcome::Applied => UpdateOutcome::Applied,
+            wit::UpdateOutcome::NeedsRestart => UpdateOutcome::NeedsRestart,
+            wit::UpdateOutcome::NeedsReplacement => UpdateOutcome::NeedsReplacement,
         }
     }
 }

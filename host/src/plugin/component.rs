@@ -10,7 +10,20 @@ use super::bindings::{self, ProviderConfig};
 use super::engine::PluginEngine;
 use super::sandbox::{self, CallContext, CallError};
 use super::state::State;
-use super::types::{PluginInfo, VmSpec, VmStatus};
+use super::types::{PluginInfo, UpdateOutcome, VmSpec, VmStatus};
+
+/// The interface a plugin exports, without its version.
+const PROVIDER_EXPORT: &str = "vmop:provider/provider@";
+
+/// The version of `vmop:provider/provider` a component exports, read from its type before it
+/// is linked, so that a plugin built for another contract is refused naming both versions
+/// rather than failing to link.
+pub(crate) fn exported_wit_version(engine: &PluginEngine, component: &Component) -> Option<String> {
+    component
+        .component_type()
+        .exports(engine.engine())
+        .find_map(|(name, _)| name.strip_prefix(PROVIDER_EXPORT).map(str::to_owned))
+}
 
 /// A loaded plugin: one per digest, pre-instantiated once. Calls run in fresh Stores (see
 /// [`sandbox`]), so a `Plugin` is freely shared across tasks; replacing the file makes a new
@@ -76,6 +89,21 @@ impl Plugin {
         &self.imports
     }
 
+    pub async fn location(&self, ctx: &CallContext) -> Result<String, CallError> {
+        let export = sandbox::Location {
+            config: ProviderConfig::from(&ctx.settings),
+        };
+        Ok(sandbox::call(&self.engine, &self.pre, ctx, export).await??)
+    }
+
+    pub async fn find(&self, ctx: &CallContext, uid: &str) -> Result<Option<VmStatus>, CallError> {
+        let export = sandbox::Find {
+            config: ProviderConfig::from(&ctx.settings),
+            uid: uid.to_owned(),
+        };
+        Ok(sandbox::call(&self.engine, &self.pre, ctx, export).await??)
+    }
+
     pub async fn create(&self, ctx: &CallContext, spec: &VmSpec) -> Result<VmStatus, CallError> {
         let export = sandbox::Create {
             config: ProviderConfig::from(&ctx.settings),
@@ -87,7 +115,37 @@ impl Plugin {
     pub async fn get(&self, ctx: &CallContext, id: &str) -> Result<Option<VmStatus>, CallError> {
         let export = sandbox::Get {
             config: ProviderConfig::from(&ctx.settings),
-            id: id.to_string(),
+            id: id.to_owned(),
+        };
+        Ok(sandbox::call(&self.engine, &self.pre, ctx, export).await??)
+    }
+
+    pub async fn update(
+        &self,
+        ctx: &CallContext,
+        id: &str,
+        spec: &VmSpec,
+    ) -> Result<UpdateOutcome, CallError> {
+        let export = sandbox::Update {
+            config: ProviderConfig::from(&ctx.settings),
+            id: id.to_owned(),
+            spec: spec.into(),
+        };
+        Ok(sandbox::call(&self.engine, &self.pre, ctx, export).await??)
+    }
+
+    pub async fn start(&self, ctx: &CallContext, id: &str) -> Result<(), CallError> {
+        let export = sandbox::Start {
+            config: ProviderConfig::from(&ctx.settings),
+            id: id.to_owned(),
+        };
+        Ok(sandbox::call(&self.engine, &self.pre, ctx, export).await??)
+    }
+
+    pub async fn stop(&self, ctx: &CallContext, id: &str) -> Result<(), CallError> {
+        let export = sandbox::Stop {
+            config: ProviderConfig::from(&ctx.settings),
+            id: id.to_owned(),
         };
         Ok(sandbox::call(&self.engine, &self.pre, ctx, export).await??)
     }
@@ -95,7 +153,7 @@ impl Plugin {
     pub async fn delete(&self, ctx: &CallContext, id: &str) -> Result<(), CallError> {
         let export = sandbox::Delete {
             config: ProviderConfig::from(&ctx.settings),
-            id: id.to_string(),
+            id: id.to_owned(),
         };
         Ok(sandbox::call(&self.engine, &self.pre, ctx, export).await??)
     }

@@ -11,8 +11,10 @@
 //! - [`cache`]: authenticated precompiled artifacts on disk.
 
 mod bindings;
+pub mod bounds;
 pub mod cache;
 mod component;
+pub mod conformance;
 pub mod egress;
 pub mod engine;
 mod files;

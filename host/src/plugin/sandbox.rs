@@ -15,6 +15,8 @@
 //!   runtime every epoch tick, so they cannot starve other calls on the same worker.
 //! - Guest stdout/stderr and `log` lines reach the host's log tagged with
 //!   [`CallContext::label`], bounded per call.
+//! - Every answer is checked against the WIT bounds ([`super::bounds`]) before it is returned;
+//!   one over a bound is [`CallError::ContractViolation`] and its content is dropped.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -22,11 +24,15 @@ use std::time::{Duration, Instant};
 use wasmtime::{Store, Trap, UpdateDeadline};
 
 use super::bindings::{self, wit_provider};
+use super::bounds::{self, Violation};
 use super::egress::{EgressHooks, EgressPolicy};
 use super::engine::{PluginEngine, WasmError};
 use super::output::CapturedOutput;
 use super::state::{MAX_CAPTURED_OUTPUT, MemoryCapExceeded, State};
-use super::types::{ErrorClass, Fault, Operation, ProviderError, ProviderSettings};
+use super::types::{
+    ErrorClass, Fault, Operation, PluginInfo, ProviderError, ProviderSettings, UpdateOutcome,
+    VmStatus,
+};
 
 /// Bounds on one call, from `ProviderConfig.spec.limits`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,6 +85,14 @@ pub enum CallError {
     /// The guest tried to grow a memory past the cap.
     #[error("plugin call {op} exceeded its memory cap of {cap} bytes")]
     MemoryLimit { op: &'static str, cap: usize },
+    /// The plugin answered outside the contract's bounds (`wit/provider.wit`); nothing of the
+    /// answer is kept.
+    #[error("plugin answer to {op} broke the contract")]
+    ContractViolation {
+        op: &'static str,
+        #[source]
+        violation: Violation,
+    },
     /// The host could not set up the call: no instance slot came free within the time limit,
     /// or instantiation failed.
     #[error("failed to instantiate the plugin for {op}")]
@@ -98,7 +112,16 @@ impl CallError {
             CallError::Trap { .. }
             | CallError::Timeout { .. }
             | CallError::MemoryLimit { .. }
+            | CallError::ContractViolation { .. }
             | CallError::Instantiate { .. } => ErrorClass::Transient,
+        }
+    }
+
+    /// The `Synced` condition reason: the class's, except that a broken contract says so.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            CallError::ContractViolation { .. } => "PluginContractViolation",
+            other => other.class().reason(),
         }
     }
 
@@ -106,9 +129,10 @@ impl CallError {
     pub fn fault(&self) -> Fault {
         match self {
             CallError::Provider(_) => Fault::Provider,
-            CallError::Trap { .. } | CallError::Timeout { .. } | CallError::MemoryLimit { .. } => {
-                Fault::Plugin
-            }
+            CallError::Trap { .. }
+            | CallError::Timeout { .. }
+            | CallError::MemoryLimit { .. }
+            | CallError::ContractViolation { .. } => Fault::Plugin,
             CallError::Instantiate { .. } => Fault::Host,
         }
     }
@@ -124,6 +148,9 @@ pub(crate) trait Export: Send {
         guest: &'a wit_provider::Guest,
         store: &'a mut Store<State>,
     ) -> impl Future<Output = wasmtime::Result<Self::Output>> + Send + 'a;
+
+    /// Checks the answer against the contract's bounds.
+    fn check(output: &Self::Output) -> Result<(), Violation>;
 }
 
 /// Raised by the epoch callback once the call's deadline has passed.
@@ -190,7 +217,10 @@ pub(crate) async fn call<E: Export>(
         if dropped_logs > 0 {
             tracing::warn!(provider = %store.data().label(), op, dropped = dropped_logs, "plugin log lines dropped past the per-call limit");
         }
-        result.map_err(|e| classify(e, op, limits.timeout, memory_cap, store.data()))
+        let output =
+            result.map_err(|e| classify(e, op, limits.timeout, memory_cap, store.data()))?;
+        E::check(&output).map_err(|violation| CallError::ContractViolation { op, violation })?;
+        Ok(output)
     };
     let result = match tokio::time::timeout(limits.timeout, run).await {
         Ok(result) => result,
@@ -257,7 +287,7 @@ fn forward_output(label: &str, op: &str, stream: &str, output: &CapturedOutput) 
 pub(crate) struct Info;
 
 impl Export for Info {
-    type Output = super::types::PluginInfo;
+    type Output = PluginInfo;
     const OP: Operation = Operation::Info;
 
     async fn invoke<'a>(
@@ -266,6 +296,57 @@ impl Export for Info {
         store: &'a mut Store<State>,
     ) -> wasmtime::Result<Self::Output> {
         Ok(guest.call_info(store).await?.into())
+    }
+
+    fn check(output: &Self::Output) -> Result<(), Violation> {
+        bounds::info(output)
+    }
+}
+
+/// `location(config)`.
+pub(crate) struct Location {
+    pub config: bindings::ProviderConfig,
+}
+
+impl Export for Location {
+    type Output = Result<String, ProviderError>;
+    const OP: Operation = Operation::Location;
+
+    async fn invoke<'a>(
+        self,
+        guest: &'a wit_provider::Guest,
+        store: &'a mut Store<State>,
+    ) -> wasmtime::Result<Self::Output> {
+        let result = guest.call_location(store, &self.config).await?;
+        Ok(result.map_err(Into::into))
+    }
+
+    fn check(output: &Self::Output) -> Result<(), Violation> {
+        bounds::result(output, |l| bounds::location(l))
+    }
+}
+
+/// `find(config, uid)`.
+pub(crate) struct Find {
+    pub config: bindings::ProviderConfig,
+    pub uid: String,
+}
+
+impl Export for Find {
+    type Output = Result<Option<VmStatus>, ProviderError>;
+    const OP: Operation = Operation::Find;
+
+    async fn invoke<'a>(
+        self,
+        guest: &'a wit_provider::Guest,
+        store: &'a mut Store<State>,
+    ) -> wasmtime::Result<Self::Output> {
+        let result = guest.call_find(store, &self.config, &self.uid).await?;
+        Ok(result.map(|s| s.map(Into::into)).map_err(Into::into))
+    }
+
+    fn check(output: &Self::Output) -> Result<(), Violation> {
+        bounds::result(output, |s| s.as_ref().map_or(Ok(()), bounds::status))
     }
 }
 
@@ -276,7 +357,7 @@ pub(crate) struct Create {
 }
 
 impl Export for Create {
-    type Output = Result<super::types::VmStatus, ProviderError>;
+    type Output = Result<VmStatus, ProviderError>;
     const OP: Operation = Operation::Create;
 
     async fn invoke<'a>(
@@ -287,6 +368,10 @@ impl Export for Create {
         let result = guest.call_create(store, &self.config, &self.spec).await?;
         Ok(result.map(Into::into).map_err(Into::into))
     }
+
+    fn check(output: &Self::Output) -> Result<(), Violation> {
+        bounds::result(output, bounds::status)
+    }
 }
 
 /// `get(config, id)`.
@@ -296,7 +381,7 @@ pub(crate) struct Get {
 }
 
 impl Export for Get {
-    type Output = Result<Option<super::types::VmStatus>, ProviderError>;
+    type Output = Result<Option<VmStatus>, ProviderError>;
     const OP: Operation = Operation::Get;
 
     async fn invoke<'a>(
@@ -307,24 +392,68 @@ impl Export for Get {
         let result = guest.call_get(store, &self.config, &self.id).await?;
         Ok(result.map(|s| s.map(Into::into)).map_err(Into::into))
     }
+
+    fn check(output: &Self::Output) -> Result<(), Violation> {
+        bounds::result(output, |s| s.as_ref().map_or(Ok(()), bounds::status))
+    }
 }
 
-/// `delete(config, id)`.
-pub(crate) struct Delete {
+/// `update(config, id, spec)`.
+pub(crate) struct Update {
     pub config: bindings::ProviderConfig,
     pub id: String,
+    pub spec: bindings::WitVmSpec,
 }
 
-impl Export for Delete {
-    type Output = Result<(), ProviderError>;
-    const OP: Operation = Operation::Delete;
+impl Export for Update {
+    type Output = Result<UpdateOutcome, ProviderError>;
+    const OP: Operation = Operation::Update;
 
     async fn invoke<'a>(
         self,
         guest: &'a wit_provider::Guest,
         store: &'a mut Store<State>,
     ) -> wasmtime::Result<Self::Output> {
-        let result = guest.call_delete(store, &self.config, &self.id).await?;
-        Ok(result.map_err(Into::into))
+        let result = guest
+            .call_update(store, &self.config, &self.id, &self.spec)
+            .await?;
+        Ok(result.map(Into::into).map_err(Into::into))
+    }
+
+    fn check(output: &Self::Output) -> Result<(), Violation> {
+        bounds::result(output, |_| Ok(()))
     }
 }
+
+/// The exports that take `(config, id)` and answer nothing but an error: `start`, `stop`,
+/// `delete`.
+macro_rules! on_id_export {
+    ($name:ident, $op:expr, $call:ident) => {
+        pub(crate) struct $name {
+            pub config: bindings::ProviderConfig,
+            pub id: String,
+        }
+
+        impl Export for $name {
+            type Output = Result<(), ProviderError>;
+            const OP: Operation = $op;
+
+            async fn invoke<'a>(
+                self,
+                guest: &'a wit_provider::Guest,
+                store: &'a mut Store<State>,
+            ) -> wasmtime::Result<Self::Output> {
+                let result = guest.$call(store, &self.config, &self.id).await?;
+                Ok(result.map_err(Into::into))
+            }
+
+            fn check(output: &Self::Output) -> Result<(), Violation> {
+                bounds::result(output, |_| Ok(()))
+            }
+        }
+    };
+}
+
+on_id_export!(Start, Operation::Start, call_start);
+on_id_export!(Stop, Operation::Stop, call_stop);
+on_id_export!(Delete, Operation::Delete, call_delete);

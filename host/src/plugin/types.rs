@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// `ProviderConfig.spec.config` plus the credentials Secret, handed to every call.
-#[derive(Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
 pub struct ProviderSettings {
     pub settings: BTreeMap<String, String>,
     /// Never logged: `Debug` prints only the keys.
@@ -35,6 +35,8 @@ pub struct VmSpec {
     pub memory_mib: u64,
     pub user_data: Option<String>,
     pub labels: BTreeMap<String, String>,
+    /// `spec.parameters`, already checked against [`PluginInfo::parameters`].
+    pub parameters: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -79,6 +81,51 @@ pub struct PluginInfo {
     pub version: String,
     pub wit_version: String,
     pub capabilities: Vec<String>,
+    /// What `vm-spec.parameters` may carry.
+    pub parameters: Vec<Parameter>,
+}
+
+impl PluginInfo {
+    /// Whether the plugin declares `capability` (`update`, `power`, `replace`, ...).
+    pub fn has(&self, capability: &str) -> bool {
+        self.capabilities.iter().any(|c| c == capability)
+    }
+}
+
+/// One parameter a plugin accepts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Parameter {
+    pub name: String,
+    pub kind: ParameterKind,
+    pub description: String,
+}
+
+/// The kind of a parameter's value (every value travels as text).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParameterKind {
+    Text,
+    Integer,
+    Boolean,
+    StringList,
+}
+
+impl ParameterKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ParameterKind::Text => "text",
+            ParameterKind::Integer => "integer",
+            ParameterKind::Boolean => "boolean",
+            ParameterKind::StringList => "string-list",
+        }
+    }
+}
+
+/// What `update` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpdateOutcome {
+    Applied,
+    NeedsRestart,
+    NeedsReplacement,
 }
 
 /// An error the provider itself reported (the guest returned `err(...)`).
@@ -103,19 +150,53 @@ pub enum ProviderError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Operation {
     Info,
+    Location,
+    Find,
     Create,
     Get,
+    Update,
+    Start,
+    Stop,
     Delete,
 }
 
 impl Operation {
+    pub const ALL: [Operation; 9] = [
+        Operation::Info,
+        Operation::Location,
+        Operation::Find,
+        Operation::Create,
+        Operation::Get,
+        Operation::Update,
+        Operation::Start,
+        Operation::Stop,
+        Operation::Delete,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Operation::Info => "info",
+            Operation::Location => "location",
+            Operation::Find => "find",
             Operation::Create => "create",
             Operation::Get => "get",
+            Operation::Update => "update",
+            Operation::Start => "start",
+            Operation::Stop => "stop",
             Operation::Delete => "delete",
         }
+    }
+
+    /// Whether the call can change anything at the cloud (`vmop plan` makes none of these).
+    pub fn writes(self) -> bool {
+        matches!(
+            self,
+            Operation::Create
+                | Operation::Update
+                | Operation::Start
+                | Operation::Stop
+                | Operation::Delete
+        )
     }
 }
 

@@ -1,40 +1,77 @@
 //! Kubernetes Events about vmop's objects, published best effort: an Event that cannot be
 //! written is logged and never fails a reconcile.
+//!
+//! # Guarantees
+//!
+//! - Repeats of the same Event (same object, type, reason, action *and* note) within
+//!   [`SERIES_WINDOW`] are folded into one Event with a growing `series.count` (one PATCH, not a
+//!   new object). kube's `Recorder` folds by reason and action only and keeps the first note,
+//!   so "is Stopped (was Running)" would show as a repeat of "is Running (was Provisioning)".
+//! - Every Event name is a valid name of at most 253 characters, whatever the length of the
+//!   object's name (kube's `Recorder` appends 17 characters to it, so no Event could be written
+//!   for a 253-character VM name: issue 8, path 12; test: `event_names_fit_for_the_longest_object_names`,
+//!   and `tests/tests/operator_lifecycle.rs` `long_names_get_events`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::{Event as K8sEvent, EventSeries};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::Lookup;
 use kube::{Client, Resource};
 
 /// `reportingController` of every Event vmop writes.
 pub const REPORTER: &str = "vmop.dev/operator";
 
-/// How long a [`Recorder`] keeps folding repeats into a series (kube's cache TTL).
+/// How long repeats keep folding into one series (kube's cache TTL).
 const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
+/// The longest object name: a DNS subdomain.
+const MAX_NAME: usize = 253;
+
+/// Normal or Warning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+impl EventType {
+    fn as_str(self) -> &'static str {
+        match self {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        }
+    }
+}
 
 /// Publishes Events; cheap to clone.
-///
-/// Repeats of the same Event (same object, reason, action *and* note) within a few minutes are
-/// folded into one Event with a growing `series.count`. kube's [`Recorder`] alone folds by
-/// reason and action only and keeps the first note, so "is Stopped (was Running)" would show
-/// as a repeat of "is Running (was Provisioning)": one Recorder per distinct note avoids that.
 #[derive(Clone)]
 pub struct EventSink {
     client: Client,
-    reporter: Reporter,
-    recorders: Arc<Mutex<HashMap<SeriesKey, (Recorder, Instant)>>>,
+    instance: String,
+    series: Arc<Mutex<HashMap<SeriesKey, Series>>>,
 }
 
 /// What makes two Events the same series.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct SeriesKey {
     uid: String,
+    type_: EventType,
     reason: String,
     action: String,
     note: String,
+}
+
+#[derive(Debug, Clone)]
+struct Series {
+    namespace: String,
+    name: String,
+    count: i32,
+    last: Instant,
 }
 
 impl std::fmt::Debug for EventSink {
@@ -46,14 +83,13 @@ impl std::fmt::Debug for EventSink {
 impl EventSink {
     /// `instance` distinguishes replicas (the pod name); `None` uses the host name.
     pub fn new(client: Client, instance: Option<String>) -> Self {
-        let reporter = Reporter {
-            controller: REPORTER.to_owned(),
-            instance,
-        };
+        let instance = instance
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .unwrap_or_else(|| REPORTER.to_owned());
         EventSink {
             client,
-            reporter,
-            recorders: Arc::default(),
+            instance,
+            series: Arc::default(),
         }
     }
 
@@ -77,22 +113,20 @@ impl EventSink {
     where
         K: Resource<DynamicType = ()> + Lookup<DynamicType = ()>,
     {
-        let event = Event {
-            type_,
-            reason: reason.to_owned(),
-            note: Some(truncate(note, 1024)),
-            action: action.to_owned(),
-            secondary: None,
-        };
         let reference = obj.object_ref(&());
+        let note = truncate(note, 1024);
         let key = SeriesKey {
             uid: reference.uid.clone().unwrap_or_default(),
-            reason: event.reason.clone(),
-            action: event.action.clone(),
-            note: event.note.clone().unwrap_or_default(),
+            type_,
+            reason: reason.to_owned(),
+            action: action.to_owned(),
+            note: note.clone(),
         };
-        let recorder = self.recorder_for(key);
-        if let Err(error) = recorder.publish(&event, &reference).await {
+        let result = match self.repeat(&key) {
+            Some(series) => self.bump(&series).await,
+            None => self.create(&reference, key, note).await,
+        };
+        if let Err(error) = result {
             tracing::warn!(
                 error = %chain(&error),
                 reason,
@@ -101,26 +135,97 @@ impl EventSink {
             );
         }
     }
+
+    /// The live series `key` continues, counted one more.
+    fn repeat(&self, key: &SeriesKey) -> Option<Series> {
+        let now = Instant::now();
+        let mut all = self.series.lock().unwrap_or_else(PoisonError::into_inner);
+        all.retain(|_, s| now.duration_since(s.last) < SERIES_WINDOW);
+        let series = all.get_mut(key)?;
+        series.count = series.count.saturating_add(1);
+        series.last = now;
+        Some(series.clone())
+    }
+
+    async fn bump(&self, series: &Series) -> Result<(), kube::Error> {
+        let api: Api<K8sEvent> = Api::namespaced(self.client.clone(), &series.namespace);
+        let patch = EventSeries {
+            count: series.count,
+            last_observed_time: MicroTime(Timestamp::now()),
+        };
+        api.patch(
+            &series.name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "series": patch })),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn create(
+        &self,
+        reference: &ObjectReference,
+        key: SeriesKey,
+        note: String,
+    ) -> Result<(), kube::Error> {
+        let now = Timestamp::now();
+        let namespace = reference
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_owned());
+        let name = event_name(
+            reference.name.as_deref().unwrap_or(REPORTER),
+            now.as_nanosecond(),
+        );
+        let event = K8sEvent {
+            action: Some(key.action.clone()),
+            reason: Some(key.reason.clone()),
+            event_time: Some(MicroTime(now)),
+            regarding: Some(reference.clone()),
+            note: Some(note),
+            metadata: ObjectMeta {
+                namespace: Some(namespace.clone()),
+                name: Some(name.clone()),
+                ..ObjectMeta::default()
+            },
+            reporting_controller: Some(REPORTER.to_owned()),
+            reporting_instance: Some(self.instance.clone()),
+            type_: Some(key.type_.as_str().to_owned()),
+            ..K8sEvent::default()
+        };
+        let api: Api<K8sEvent> = Api::namespaced(self.client.clone(), &namespace);
+        api.create(&PostParams::default(), &event).await?;
+        self.series
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(
+                key,
+                Series {
+                    namespace,
+                    name,
+                    count: 1,
+                    last: Instant::now(),
+                },
+            );
+        Ok(())
+    }
 }
 
-impl EventSink {
-    /// The Recorder of one series, new if the series is new or has expired.
-    fn recorder_for(&self, key: SeriesKey) -> Recorder {
-        let now = Instant::now();
-        let mut recorders = self
-            .recorders
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        recorders.retain(|_, (_, used)| now.duration_since(*used) < SERIES_WINDOW);
-        let (recorder, used) = recorders.entry(key).or_insert_with(|| {
-            (
-                Recorder::new(self.client.clone(), self.reporter.clone()),
-                now,
-            )
-        });
-        *used = now;
-        recorder.clone()
+/// `<object>.<hex time>`, the object's name cut so that the whole fits in [`MAX_NAME`] and
+/// still ends in an alphanumeric character.
+fn event_name(object: &str, nanos: i128) -> String {
+    let suffix = format!(".{:x}", nanos.unsigned_abs());
+    let room = MAX_NAME.saturating_sub(suffix.len());
+    let mut stem: &str = object;
+    if stem.len() > room {
+        let mut cut = room;
+        while !stem.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        stem = stem.get(..cut).unwrap_or_default();
     }
+    let stem = stem.trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
+    format!("{stem}{suffix}")
 }
 
 /// An error and its causes, `": "`-separated, for log lines, conditions and Events.
@@ -167,6 +272,22 @@ mod tests {
     #[test]
     fn chain_joins_causes() {
         assert_eq!(chain(&Outer(Inner(7))), "outer: inner 7");
+    }
+
+    #[test]
+    fn event_names_fit_for_the_longest_object_names() {
+        let longest = format!("{}-x", "a".repeat(251));
+        assert_eq!(longest.len(), 253);
+        let name = event_name(&longest, i128::MAX);
+        assert!(name.len() <= MAX_NAME, "{} characters", name.len());
+        let cut_at_dash = format!("{}-{}", "a".repeat(220), "b".repeat(32));
+        let name = event_name(&cut_at_dash, 1);
+        assert!(name.len() <= MAX_NAME);
+        assert!(
+            !name.contains("-."),
+            "the stem must end alphanumeric: {name}"
+        );
+        assert_eq!(event_name("web", 255), "web.ff");
     }
 
     #[test]

@@ -121,7 +121,11 @@ impl CallOutcome {
                 ProviderError::InvalidSpec(_) => CallOutcome::InvalidSpec,
                 ProviderError::Unauthorized(_) => CallOutcome::Unauthorized,
             },
-            Err(CallError::Trap { .. } | CallError::MemoryLimit { .. }) => CallOutcome::PluginFault,
+            Err(
+                CallError::Trap { .. }
+                | CallError::MemoryLimit { .. }
+                | CallError::ContractViolation { .. },
+            ) => CallOutcome::PluginFault,
             Err(CallError::Timeout { .. }) => CallOutcome::Timeout,
             Err(CallError::Instantiate { .. }) => CallOutcome::HostError,
         }

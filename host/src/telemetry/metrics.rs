@@ -284,12 +284,7 @@ impl Metrics {
 
     /// Drops the series of a deleted ProviderConfig.
     pub fn forget_provider_config(&self, provider_config: &str) {
-        for operation in [
-            Operation::Info,
-            Operation::Create,
-            Operation::Get,
-            Operation::Delete,
-        ] {
+        for operation in Operation::ALL {
             for outcome in CallOutcome::ALL {
                 let labels = CallLabels {
                     provider_config: provider_config.to_owned(),

@@ -38,6 +38,8 @@ pub const IMAGE: &str = "ami-12c6146b";
 pub const UID_TAG: &str = "vmop.dev/uid";
 /// The label selecting one test's ProviderConfigs.
 pub const TEST_LABEL: &str = "vmop.dev/test";
+/// `creationGracePeriodSeconds` of the tests' ProviderConfigs.
+pub const TEST_GRACE_SECONDS: u32 = 2;
 /// File name of the EC2 plugin in the plugin directory.
 pub const PLUGIN_FILE: &str = "ec2.wasm";
 const FIELD_MANAGER: &str = "vmop-tests";
@@ -168,7 +170,11 @@ impl Env {
                 // moto's loopback address is named literally, which permits it.
                 allowed_hosts: vec![self.moto.endpoint()],
                 allow_private_networks: false,
-                limits: Limits::default(),
+                // moto has no read-after-write lag: a short grace keeps deletions quick.
+                limits: Limits {
+                    creation_grace_period_seconds: TEST_GRACE_SECONDS,
+                    ..Limits::default()
+                },
             },
         );
         pc.metadata.labels = Some(BTreeMap::from([(
@@ -222,6 +228,7 @@ impl Env {
                 user_data: None,
                 deletion_policy: DeletionPolicy::Delete,
                 connection_config_map: None,
+                accept_location: None,
             },
         );
         vm.metadata.namespace = Some(self.namespace.clone());

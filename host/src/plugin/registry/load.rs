@@ -11,7 +11,7 @@ use wasmtime::component::Component;
 
 use super::{LoadError, Loaded, PluginEvent, PluginRegistry, Served};
 use crate::plugin::bindings::WIT_VERSION;
-use crate::plugin::component::Plugin;
+use crate::plugin::component::{Plugin, exported_wit_version};
 use crate::plugin::files::{
     FileStamp, check_pin, digest_file, parse_pin, read_file, relative, wit_compatible,
 };
@@ -142,6 +142,15 @@ impl PluginRegistry {
             return Ok((plugin.clone(), Served::Memory));
         }
         let component = self.compile(rel, full, &digest).await?;
+        if let Some(exported) = exported_wit_version(&inner.engine, &component)
+            && !wit_compatible(&exported, WIT_VERSION)
+        {
+            return Err(LoadError::IncompatibleWit {
+                path: rel.to_path_buf(),
+                plugin: exported,
+                host: WIT_VERSION,
+            });
+        }
         let info_ctx = CallContext {
             limits: inner.info_limits,
             label: format!("plugin:{}", rel.display()),

@@ -1,0 +1,168 @@
+//! What this process knows about `create` attempts, per VM uid: the facts behind "absence
+//! proves nothing alone".
+//!
+//! A cloud with read-after-write lag may not show a machine for a while after `create`
+//! returned (EC2 answers `InvalidInstanceID.NotFound` for a fresh id, and tag filters lag), and
+//! a `create` whose answer was lost may still have made one. So `get`/`find` answering "none"
+//! counts only once the creation grace period has passed since the last attempt that could
+//! have made a machine. Attempts of an earlier process (before a crash or a leader change) are
+//! not known here: they all ended before this process started reconciling, so the grace
+//! period is also counted from [`Attempts::epoch`].
+//!
+//! # Guarantees
+//!
+//! - [`Attempts::absence_wait`] is zero only when the grace period has passed since the start
+//!   of this epoch and since the end of every create attempt for the uid made in it (tests:
+//!   `attempts::tests`, and the simulation `tests/simulation.rs`, which crashes the operator
+//!   between every two steps and lags every read).
+//! - [`Attempts::never_created`] is true only when this process added the VM's finalizer (so
+//!   every create attempt for it was made here: none can precede the finalizer) and no attempt
+//!   could have reached the cloud. Deleting such a VM needs no cloud call, which is what lets
+//!   a VM whose creates all failed against a dead endpoint be deleted (issue 8, path 10).
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+#[derive(Debug, Default, Clone)]
+struct Known {
+    /// This process added the finalizer: it made every create attempt there was.
+    finalizer_added: bool,
+    /// Some attempt may have reached the cloud.
+    reached: bool,
+    /// End of the last attempt that may have reached the cloud.
+    last_end: Option<Instant>,
+    /// Where that attempt went.
+    last_location: Option<String>,
+}
+
+/// Create attempts of this process (one epoch), by VM uid.
+#[derive(Debug)]
+pub struct Attempts {
+    epoch: Instant,
+    by_uid: Mutex<HashMap<String, Known>>,
+}
+
+impl Attempts {
+    /// A new epoch starting now (a process start, or a new lease).
+    pub fn new() -> Self {
+        Attempts {
+            epoch: Instant::now(),
+            by_uid: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// An epoch that began long ago and knows of no attempt: what an operator that has been
+    /// running for a while believes (`vmop plan`).
+    pub fn settled() -> Self {
+        let now = Instant::now();
+        Attempts {
+            epoch: now.checked_sub(Duration::from_secs(86_400)).unwrap_or(now),
+            by_uid: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn with<T>(&self, uid: &str, f: impl FnOnce(&mut Known) -> T) -> T {
+        let mut map = self.by_uid.lock().unwrap_or_else(PoisonError::into_inner);
+        f(map.entry(uid.to_owned()).or_default())
+    }
+
+    /// This process is adding the VM's finalizer (before any create for it).
+    pub fn finalizer_added(&self, uid: &str) {
+        self.with(uid, |k| k.finalizer_added = true);
+    }
+
+    /// A create attempt for `uid` at `location` ended; `reached` says whether it may have
+    /// reached the cloud.
+    pub fn create_ended(&self, uid: &str, location: &str, reached: bool) {
+        let now = Instant::now();
+        self.with(uid, |k| {
+            if reached {
+                k.reached = true;
+                k.last_end = Some(now);
+                k.last_location = Some(location.to_owned());
+            }
+        });
+    }
+
+    /// Where the last create attempt for `uid` that may have made a machine went. This
+    /// process's own knowledge, so it holds even while the informer still shows an object
+    /// older than this process's writes.
+    pub fn reached_location(&self, uid: &str) -> Option<String> {
+        self.with(uid, |k| k.last_location.clone())
+    }
+
+    /// How long until "none" from the cloud may be believed for `uid`; zero when it may now.
+    pub fn absence_wait(&self, uid: &str, grace: Duration) -> Duration {
+        let now = Instant::now();
+        let last = self.with(uid, |k| k.last_end);
+        let since = last.map_or(self.epoch, |end| end.max(self.epoch));
+        (since + grace).saturating_duration_since(now)
+    }
+
+    /// Whether no machine can exist for `uid`: see the module docs.
+    pub fn never_created(&self, uid: &str) -> bool {
+        self.with(uid, |k| k.finalizer_added && !k.reached)
+    }
+
+    /// The VM is gone: nothing more to remember.
+    pub fn forget(&self, uid: &str) {
+        self.by_uid
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(uid);
+    }
+}
+
+impl Default for Attempts {
+    fn default() -> Self {
+        Attempts::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GRACE: Duration = Duration::from_secs(30);
+
+    #[tokio::test(start_paused = true)]
+    async fn absence_waits_for_the_epoch_and_the_last_attempt() {
+        let a = Attempts::new();
+        assert_eq!(a.absence_wait("u", GRACE), GRACE, "a new epoch waits");
+        tokio::time::advance(Duration::from_secs(40)).await;
+        assert_eq!(a.absence_wait("u", GRACE), Duration::ZERO);
+        a.create_ended("u", "here", true);
+        assert_eq!(a.absence_wait("u", GRACE), GRACE);
+        assert_eq!(a.reached_location("u").as_deref(), Some("here"));
+        assert_eq!(a.absence_wait("other", GRACE), Duration::ZERO);
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert_eq!(a.absence_wait("u", GRACE), Duration::from_secs(20));
+        a.create_ended("u", "there", false);
+        assert_eq!(a.reached_location("u").as_deref(), Some("here"));
+        assert_eq!(
+            a.absence_wait("u", GRACE),
+            Duration::from_secs(20),
+            "an attempt that reached nothing does not extend the wait"
+        );
+    }
+
+    #[test]
+    fn never_created_needs_our_finalizer_and_no_reaching_attempt() {
+        let a = Attempts::new();
+        assert!(
+            !a.never_created("u"),
+            "an earlier process may have created it"
+        );
+        a.finalizer_added("u");
+        assert!(a.never_created("u"));
+        a.create_ended("u", "here", false);
+        assert!(a.never_created("u"));
+        a.create_ended("u", "here", true);
+        assert!(!a.never_created("u"));
+        a.forget("u");
+        assert!(!a.never_created("u"));
+    }
+}

@@ -1,0 +1,211 @@
+//! [`Effects`]: everything the VM reconciler does to the world, behind one trait, so that the
+//! decision loop in `vm.rs` runs unchanged against the real API server and plugins
+//! ([`Live`]) and against the simulation's fake cloud and fake API (`host/tests/simulation.rs`).
+//!
+//! Every method is one await point; the simulation crashes the operator at any of them.
+
+use std::future::Future;
+
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use super::calls::Calls;
+use super::error::Error;
+use crate::api::{CREATE_LOCATION, VM_FINALIZER, VirtualMachine, VirtualMachineStatus};
+use crate::plugin::{VmSpec, VmStatus};
+use crate::telemetry::events::EventSink;
+
+/// An Event's type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Severity {
+    Normal,
+    Warning,
+}
+
+/// The reconciler's side effects for one VM.
+pub trait Effects: Send {
+    /// Where the ProviderConfig's machines live now.
+    fn location(&mut self) -> impl Future<Output = Result<String, Error>> + Send;
+    /// `find(uid)` of this VM.
+    fn find(&mut self) -> impl Future<Output = Result<Option<VmStatus>, Error>> + Send;
+    fn get(&mut self, id: &str) -> impl Future<Output = Result<Option<VmStatus>, Error>> + Send;
+    /// `create` of this VM's spec.
+    fn create(&mut self) -> impl Future<Output = Result<VmStatus, Error>> + Send;
+    fn delete(&mut self, id: &str) -> impl Future<Output = Result<(), Error>> + Send;
+    /// Writes the status, guarded by the resourceVersion last read or written: a stale view
+    /// fails instead of overwriting newer state.
+    fn write_status(
+        &mut self,
+        status: &VirtualMachineStatus,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+    /// Adds the finalizer, and records that creates of this VM go to `location` (annotation
+    /// [`CREATE_LOCATION`]) in the same guarded write.
+    fn add_finalizer(&mut self, location: &str) -> impl Future<Output = Result<(), Error>> + Send;
+    /// Records that creates of this VM now go to `location`, guarded like
+    /// [`Effects::write_status`].
+    fn intend(&mut self, location: &str) -> impl Future<Output = Result<(), Error>> + Send;
+    /// Removes the finalizer, guarded like [`Effects::write_status`].
+    fn remove_finalizer(&mut self) -> impl Future<Output = Result<(), Error>> + Send;
+    /// Publishes an Event; best effort, never fails the reconcile.
+    fn event(
+        &mut self,
+        severity: Severity,
+        action: &str,
+        reason: &str,
+        note: String,
+    ) -> impl Future<Output = ()> + Send;
+}
+
+/// The real effects: plugin calls through the ProviderConfig's limiter, writes to the API
+/// server.
+#[derive(Debug)]
+pub struct Live<'a> {
+    pub calls: Calls<'a>,
+    pub api: &'a Api<VirtualMachine>,
+    pub events: &'a EventSink,
+    pub spec: VmSpec,
+    /// The object as last read or written: its resourceVersion guards the next write.
+    pub vm: VirtualMachine,
+    /// Status as last read or written: a write that would change nothing is not sent.
+    written: Option<VirtualMachineStatus>,
+}
+
+impl<'a> Live<'a> {
+    pub fn new(
+        calls: Calls<'a>,
+        api: &'a Api<VirtualMachine>,
+        events: &'a EventSink,
+        spec: VmSpec,
+        vm: VirtualMachine,
+    ) -> Self {
+        let written = vm.status.clone();
+        Live {
+            calls,
+            api,
+            events,
+            spec,
+            vm,
+            written,
+        }
+    }
+
+    fn resource_version(&self) -> Result<String, Error> {
+        self.vm
+            .metadata
+            .resource_version
+            .clone()
+            .ok_or(Error::Metadata("resourceVersion"))
+    }
+}
+
+impl Effects for Live<'_> {
+    async fn location(&mut self) -> Result<String, Error> {
+        let ctx = self.calls.ctx;
+        let provider = self.calls.provider;
+        if let Some(known) = ctx.locations.get(provider) {
+            return Ok(known);
+        }
+        let location = self.calls.location().await?;
+        ctx.locations.put(provider, location.clone());
+        Ok(location)
+    }
+
+    async fn find(&mut self) -> Result<Option<VmStatus>, Error> {
+        self.calls.find(&self.spec.uid).await
+    }
+
+    async fn get(&mut self, id: &str) -> Result<Option<VmStatus>, Error> {
+        self.calls.get(id).await
+    }
+
+    async fn create(&mut self) -> Result<VmStatus, Error> {
+        self.calls.create(&self.spec).await
+    }
+
+    async fn delete(&mut self, id: &str) -> Result<(), Error> {
+        self.calls.delete(id).await
+    }
+
+    async fn write_status(&mut self, status: &VirtualMachineStatus) -> Result<(), Error> {
+        if self
+            .written
+            .as_ref()
+            .is_some_and(|old| super::vm_status::same(old, status))
+        {
+            return Ok(());
+        }
+        let mut object = self.vm.clone();
+        object.status = Some(status.clone());
+        let updated = self
+            .api
+            .replace_status(&self.vm.name_any(), &PostParams::default(), &object)
+            .await
+            .map_err(Error::kube("write the VirtualMachine status"))?;
+        self.written = Some(status.clone());
+        self.vm = updated;
+        Ok(())
+    }
+
+    async fn add_finalizer(&mut self, location: &str) -> Result<(), Error> {
+        let mut finalizers = self.vm.finalizers().to_vec();
+        finalizers.push(VM_FINALIZER.to_owned());
+        self.patch(
+            json!({ "finalizers": finalizers, "annotations": { CREATE_LOCATION: location } }),
+            "add the finalizer",
+        )
+        .await
+    }
+
+    async fn intend(&mut self, location: &str) -> Result<(), Error> {
+        self.patch(
+            json!({ "annotations": { CREATE_LOCATION: location } }),
+            "record where the machine is created",
+        )
+        .await
+    }
+
+    async fn remove_finalizer(&mut self) -> Result<(), Error> {
+        let finalizers: Vec<&String> = self
+            .vm
+            .finalizers()
+            .iter()
+            .filter(|f| *f != VM_FINALIZER)
+            .collect();
+        self.patch(json!({ "finalizers": finalizers }), "remove the finalizer")
+            .await
+    }
+
+    async fn event(&mut self, severity: Severity, action: &str, reason: &str, note: String) {
+        match severity {
+            Severity::Normal => self.events.normal(&self.vm, action, reason, note).await,
+            Severity::Warning => self.events.warning(&self.vm, action, reason, note).await,
+        }
+    }
+}
+
+impl Live<'_> {
+    /// A merge patch of `metadata` carrying the resourceVersion read: the API server refuses it
+    /// if the object changed since, so lists are replaced knowing what they held.
+    async fn patch(
+        &mut self,
+        mut metadata: serde_json::Value,
+        action: &'static str,
+    ) -> Result<(), Error> {
+        let rv = self.resource_version()?;
+        if let Some(fields) = metadata.as_object_mut() {
+            fields.insert("resourceVersion".to_owned(), json!(rv));
+        }
+        let updated = self
+            .api
+            .patch(
+                &self.vm.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "metadata": metadata })),
+            )
+            .await
+            .map_err(Error::kube(action))?;
+        self.vm = updated;
+        Ok(())
+    }
+}

@@ -1,0 +1,164 @@
+//! `vmop plan`: what the operator would do next for each VM, and why, computed by the same
+//! [`decide`] the reconciler runs, answered with read-only plugin calls only (`location`,
+//! `find`, `get`). Nothing is written, to the cloud or to the API server.
+//!
+//! # Guarantees
+//!
+//! - The action printed is the one `decide` returns for the same facts: there is no second
+//!   decision procedure to disagree with the reconciler.
+//! - Only [`Operation::writes`]`() == false` calls are made (test: `tests/tests/plan.rs`, which
+//!   counts moto's requests and the API server's writes around a plan).
+//! - The grace period is taken as over (an operator that has been running long), so a machine
+//!   the cloud no longer shows is planned as `recreate`/`release`, what the operator will do
+//!   once the grace period has passed.
+
+use std::time::Duration;
+
+use kube::ResourceExt;
+use serde::Serialize;
+
+use super::attempts::Attempts;
+use super::decide::{Action, Observed, Step, decide};
+use super::provider::{Provider, ResolveError, Resolver};
+use super::vm::{facts, vm_spec};
+use crate::api::VirtualMachine;
+use crate::plugin::CallError;
+use crate::telemetry::events::chain;
+
+/// One VM's plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanRow {
+    pub namespace: String,
+    pub name: String,
+    pub provider: String,
+    /// `nothing`, `create`, `recreate`, `delete`, `release`, `orphan`, `wait`, `blocked`, or
+    /// `unknown` when the provider could not be asked.
+    pub action: String,
+    /// Why, in a sentence.
+    pub reason: String,
+}
+
+impl PlanRow {
+    /// Whether the operator would change anything.
+    pub fn changes(&self) -> bool {
+        !matches!(self.action.as_str(), "nothing" | "wait")
+    }
+}
+
+/// Why a VM could not be planned.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("cannot use ProviderConfig {name}")]
+    Resolve {
+        name: String,
+        #[source]
+        source: ResolveError,
+    },
+    #[error("provider call failed")]
+    Call(#[source] CallError),
+    #[error("the VirtualMachine is invalid")]
+    Spec(#[source] super::error::Error),
+}
+
+/// Plans one VM (a VM not yet in the cluster has no uid: it would be created).
+pub async fn plan(resolver: &Resolver, vm: &VirtualMachine) -> PlanRow {
+    let provider_name = vm.spec.provider_config_ref.name.clone();
+    let row = |action: &str, reason: String| PlanRow {
+        namespace: vm.namespace().unwrap_or_default(),
+        name: vm.name_any(),
+        provider: provider_name.clone(),
+        action: action.to_owned(),
+        reason,
+    };
+    if vm.metadata.uid.is_none() {
+        return row("create", "not in the cluster yet".to_owned());
+    }
+    match decide_read_only(resolver, vm).await {
+        Ok(action) => {
+            let (verb, reason) = describe(&action);
+            row(verb, reason)
+        }
+        Err(e) => row("unknown", chain(&e)),
+    }
+}
+
+async fn decide_read_only(resolver: &Resolver, vm: &VirtualMachine) -> Result<Action, PlanError> {
+    let name = &vm.spec.provider_config_ref.name;
+    let provider = resolver
+        .resolve_name(name)
+        .await
+        .map_err(|source| PlanError::Resolve {
+            name: name.clone(),
+            source,
+        })?;
+    let spec = vm_spec(vm).map_err(PlanError::Spec)?;
+    let facts = {
+        let mut f = facts(vm, &Attempts::settled(), provider.grace);
+        f.absence_wait = Duration::ZERO;
+        f
+    };
+    let mut seen = Observed::default();
+    loop {
+        match decide(&facts, &seen) {
+            Step::Get(id) => {
+                seen.get = Some(call(&provider, |p| p.plugin.get(&p.call, &id)).await?)
+            }
+            Step::Find => {
+                seen.find = Some(call(&provider, |p| p.plugin.find(&p.call, &spec.uid)).await?)
+            }
+            Step::Location => {
+                seen.location = Some(call(&provider, |p| p.plugin.location(&p.call)).await?)
+            }
+            Step::Act(action) => return Ok(action),
+        }
+    }
+}
+
+async fn call<'p, T, F>(
+    provider: &'p Provider,
+    f: impl FnOnce(&'p Provider) -> F,
+) -> Result<T, PlanError>
+where
+    F: Future<Output = Result<T, CallError>>,
+{
+    f(provider).await.map_err(PlanError::Call)
+}
+
+/// The plan's words for an action.
+fn describe(action: &Action) -> (&'static str, String) {
+    match action {
+        Action::Observe(m) => (
+            "nothing",
+            format!("machine {} is {}", m.id, m.phase.as_str()),
+        ),
+        Action::Create { location } | Action::Intend { location } => (
+            "create",
+            format!("no machine recorded; would create at {location}"),
+        ),
+        Action::Recreate { lost, location } => (
+            "recreate",
+            format!(
+                "machine {lost} is gone (get and find agree); would create a new one at {location}"
+            ),
+        ),
+        Action::Delete(m) => ("delete", format!("deleting: would delete machine {}", m.id)),
+        Action::AwaitDeletion(m) => ("wait", format!("machine {} is being deleted", m.id)),
+        Action::Release => (
+            "release",
+            "deleting and no machine exists: would remove the finalizer".to_owned(),
+        ),
+        Action::Orphan => (
+            "orphan",
+            "deletionPolicy Orphan: would remove the finalizer and leave the machine".to_owned(),
+        ),
+        Action::AwaitAbsence { remaining } => (
+            "wait",
+            format!("not seen; waiting {remaining:?} before believing it"),
+        ),
+        Action::LocationChanged { recorded, current } => (
+            "blocked",
+            format!("made at {recorded}, the ProviderConfig now points at {current}"),
+        ),
+    }
+}

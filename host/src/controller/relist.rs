@@ -1,0 +1,137 @@
+//! The watches the controllers run on: kube's watcher, made to start over with a fresh list
+//! when the API server no longer serves the resourceVersion it resumes from, and retried on a
+//! short backoff.
+//!
+//! kube's watcher treats a `410 Gone` that arrives *inside* a watch stream as a desync and
+//! relists, but a `410` answering the request that (re)starts a watch only makes it retry the
+//! same stale resourceVersion, backing off up to 30 s each time. That is what a restarted
+//! kube-apiserver answers (its new watch cache starts at the current revision): VMs waited
+//! about 80 s after the API server was back (issue 8, path 11). Here such an error drops the
+//! watcher for a new one, which lists again, and retries are capped at [`MAX_RETRY`].
+//!
+//! # Guarantees
+//!
+//! - After a `410` on watch start, the next item is the start of a fresh list (`Init`), so the
+//!   reflector swaps in the API server's current state (test: `tests/tests/operator_faults.rs`
+//!   `apiserver_restart_converges_within_seconds`; `relist::tests`).
+//! - While the API server is unreachable, attempts are at most [`MAX_RETRY`] apart.
+
+use std::fmt::Debug;
+use std::time::Duration;
+
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt};
+use kube::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::utils::Backoff;
+use kube::runtime::watcher::{self, Event, watcher};
+use serde::de::DeserializeOwned;
+
+use super::backoff::jitter;
+
+const FIRST_RETRY: Duration = Duration::from_millis(250);
+/// Longest wait between two attempts to reach the API server.
+pub const MAX_RETRY: Duration = Duration::from_secs(4);
+
+/// Doubling from [`FIRST_RETRY`] to [`MAX_RETRY`], jittered, reset by the first success.
+#[derive(Debug, Clone)]
+pub struct ShortBackoff {
+    next: Duration,
+}
+
+impl Default for ShortBackoff {
+    fn default() -> Self {
+        ShortBackoff { next: FIRST_RETRY }
+    }
+}
+
+impl Iterator for ShortBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let now = self.next;
+        self.next = (self.next * 2).min(MAX_RETRY);
+        Some(jitter(now, 0.2).min(MAX_RETRY))
+    }
+}
+
+impl Backoff for ShortBackoff {
+    fn reset(&mut self) {
+        self.next = FIRST_RETRY;
+    }
+}
+
+/// Whether this error means the resourceVersion the watcher holds is gone.
+pub fn is_desync(error: &watcher::Error) -> bool {
+    match error {
+        watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status)) => status.code == 410,
+        watcher::Error::WatchError(status) => status.code == 410,
+        _ => false,
+    }
+}
+
+/// A watch of `api` that relists after a desync (see the module docs).
+pub fn watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send
+where
+    K: kube::Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let start = move || -> BoxStream<'static, Result<Event<K>, watcher::Error>> {
+        watcher(api.clone(), config.clone())
+            .backoff(ShortBackoff::default())
+            .boxed()
+    };
+    futures::stream::unfold(None, move |current| {
+        let start = start.clone();
+        async move {
+            let mut inner = current.unwrap_or_else(start);
+            let item = inner.next().await?;
+            let desynced = matches!(&item, Err(e) if is_desync(e));
+            if desynced {
+                tracing::info!(
+                    "the API server no longer has the watched resourceVersion; listing again"
+                );
+            }
+            Some((item, (!desynced).then_some(inner)))
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::Status;
+
+    fn api_error(code: u16) -> kube::Error {
+        kube::Error::Api(
+            Status::failure("too old resource version", "Expired")
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    #[test]
+    fn gone_on_watch_start_is_a_desync() {
+        assert!(is_desync(&watcher::Error::WatchStartFailed(api_error(410))));
+        assert!(is_desync(&watcher::Error::WatchError(
+            Status::failure("gone", "Expired").with_code(410).boxed()
+        )));
+        assert!(!is_desync(&watcher::Error::WatchStartFailed(api_error(
+            500
+        ))));
+        assert!(!is_desync(&watcher::Error::NoResourceVersion));
+    }
+
+    #[test]
+    fn backoff_is_short_and_resets() {
+        let mut b = ShortBackoff::default();
+        let delays: Vec<Duration> = (0..8).filter_map(|_| b.next()).collect();
+        assert!(delays.iter().all(|d| *d <= MAX_RETRY));
+        assert!(delays.last() > delays.first());
+        b.reset();
+        assert!(b.next() <= Some(FIRST_RETRY.mul_f64(1.2)));
+    }
+}

@@ -1,0 +1,207 @@
+//! The output bounds of `wit/provider.wit`, checked on everything a plugin returns before the
+//! host uses any of it.
+//!
+//! # Guarantees
+//!
+//! - A plugin answer over a bound never reaches status, Events, logs or metrics: the call fails
+//!   with [`super::CallError::ContractViolation`] (a plugin fault) naming the field and the
+//!   bound, not the content (tests: `bounds::tests`, and `tests/tests/sandbox.rs`
+//!   `oversized_outputs_are_contract_violations` on the hostile guest).
+//! - A `retry-after` longer than [`MAX_RETRY_AFTER`] is a violation too, so a plugin cannot park
+//!   a VM for years.
+
+use std::time::Duration;
+
+use super::types::{PluginInfo, ProviderError, VmStatus};
+
+pub const MAX_ID: usize = 256;
+pub const MAX_ADDRESSES: usize = 16;
+pub const MAX_ADDRESS: usize = 256;
+pub const MAX_MESSAGE: usize = 1024;
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+pub const MAX_LOCATION: usize = 512;
+pub const MAX_INFO_FIELD: usize = 64;
+pub const MAX_CAPABILITIES: usize = 32;
+pub const MAX_PARAMETERS: usize = 64;
+
+/// Which bound a plugin answer broke.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Violation {
+    #[error("{field} is {len} bytes, over the bound of {max}")]
+    TooLong {
+        field: &'static str,
+        len: usize,
+        max: usize,
+    },
+    #[error("{field} is empty")]
+    Empty { field: &'static str },
+    #[error("{field} has {count} entries, over the bound of {max}")]
+    TooMany {
+        field: &'static str,
+        count: usize,
+        max: usize,
+    },
+    #[error("retry-after of {0:?} is over the bound of one hour")]
+    RetryAfter(Duration),
+}
+
+fn length(field: &'static str, value: &str, max: usize) -> Result<(), Violation> {
+    if value.len() > max {
+        return Err(Violation::TooLong {
+            field,
+            len: value.len(),
+            max,
+        });
+    }
+    Ok(())
+}
+
+fn non_empty(field: &'static str, value: &str, max: usize) -> Result<(), Violation> {
+    if value.is_empty() {
+        return Err(Violation::Empty { field });
+    }
+    length(field, value, max)
+}
+
+fn count<T>(field: &'static str, items: &[T], max: usize) -> Result<(), Violation> {
+    if items.len() > max {
+        return Err(Violation::TooMany {
+            field,
+            count: items.len(),
+            max,
+        });
+    }
+    Ok(())
+}
+
+pub fn status(s: &VmStatus) -> Result<(), Violation> {
+    non_empty("vm-status.id", &s.id, MAX_ID)?;
+    count("vm-status.addresses", &s.addresses, MAX_ADDRESSES)?;
+    for a in &s.addresses {
+        length("vm-status.addresses[]", a, MAX_ADDRESS)?;
+    }
+    if let Some(m) = &s.message {
+        length("vm-status.message", m, MAX_MESSAGE)?;
+    }
+    Ok(())
+}
+
+pub fn error(e: &ProviderError) -> Result<(), Violation> {
+    match e {
+        ProviderError::RateLimited {
+            retry_after,
+            message,
+        } => {
+            if *retry_after > MAX_RETRY_AFTER {
+                return Err(Violation::RetryAfter(*retry_after));
+            }
+            length("rate-limit.message", message, MAX_MESSAGE)
+        }
+        ProviderError::Transient(m)
+        | ProviderError::Permanent(m)
+        | ProviderError::InvalidSpec(m)
+        | ProviderError::Unauthorized(m) => length("provider-error message", m, MAX_MESSAGE),
+    }
+}
+
+/// A call's result: the answer, or the provider's error.
+pub fn result<T>(
+    r: &Result<T, ProviderError>,
+    ok: impl FnOnce(&T) -> Result<(), Violation>,
+) -> Result<(), Violation> {
+    match r {
+        Ok(v) => ok(v),
+        Err(e) => error(e),
+    }
+}
+
+pub fn location(l: &str) -> Result<(), Violation> {
+    non_empty("location", l, MAX_LOCATION)
+}
+
+pub fn info(i: &PluginInfo) -> Result<(), Violation> {
+    non_empty("plugin-info.name", &i.name, MAX_INFO_FIELD)?;
+    length("plugin-info.version", &i.version, MAX_INFO_FIELD)?;
+    length("plugin-info.wit-version", &i.wit_version, MAX_INFO_FIELD)?;
+    count(
+        "plugin-info.capabilities",
+        &i.capabilities,
+        MAX_CAPABILITIES,
+    )?;
+    for c in &i.capabilities {
+        length("plugin-info.capabilities[]", c, MAX_INFO_FIELD)?;
+    }
+    count("plugin-info.parameters", &i.parameters, MAX_PARAMETERS)?;
+    for p in &i.parameters {
+        non_empty("plugin-info.parameters[].name", &p.name, MAX_INFO_FIELD)?;
+        length(
+            "plugin-info.parameters[].description",
+            &p.description,
+            MAX_MESSAGE,
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugin::Phase;
+
+    fn vm(id: &str) -> VmStatus {
+        VmStatus {
+            id: id.into(),
+            phase: Phase::Running,
+            addresses: vec!["10.0.0.1".into()],
+            message: None,
+        }
+    }
+
+    #[test]
+    fn statuses_within_bounds_pass_and_others_name_the_field() {
+        assert_eq!(status(&vm("i-1")), Ok(()));
+        assert_eq!(
+            status(&vm("")),
+            Err(Violation::Empty {
+                field: "vm-status.id"
+            })
+        );
+        let long = "x".repeat(MAX_ID + 1);
+        assert!(
+            matches!(status(&vm(&long)), Err(Violation::TooLong { field: "vm-status.id", len, .. }) if len == MAX_ID + 1)
+        );
+        let mut many = vm("i-1");
+        many.addresses = vec!["a".into(); MAX_ADDRESSES + 1];
+        assert!(matches!(status(&many), Err(Violation::TooMany { .. })));
+        let mut chatty = vm("i-1");
+        chatty.message = Some("m".repeat(MAX_MESSAGE + 1));
+        assert!(status(&chatty).is_err());
+    }
+
+    #[test]
+    fn errors_bound_messages_and_retry_after() {
+        let slow = ProviderError::RateLimited {
+            retry_after: Duration::from_millis(u64::MAX),
+            message: "slow".into(),
+        };
+        assert!(matches!(error(&slow), Err(Violation::RetryAfter(_))));
+        let ok = ProviderError::RateLimited {
+            retry_after: MAX_RETRY_AFTER,
+            message: "slow".into(),
+        };
+        assert_eq!(error(&ok), Ok(()));
+        let huge = ProviderError::Transient("e".repeat(2 << 20));
+        let violation = error(&huge).unwrap_err();
+        assert!(
+            violation.to_string().len() < 100,
+            "the violation must not quote the content"
+        );
+    }
+
+    #[test]
+    fn location_must_be_present_and_short() {
+        assert_eq!(location("aws:1:us-east-1"), Ok(()));
+        assert!(location("").is_err());
+        assert!(location(&"l".repeat(MAX_LOCATION + 1)).is_err());
+    }
+}

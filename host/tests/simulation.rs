@@ -1,0 +1,667 @@
+//! A deterministic simulation of the VM reconciler (the FoundationDB way): the real decision
+//! loop (`vmop::controller::vm::drive`, which calls `decide`) runs against an in-memory cloud
+//! and API server under a paused clock, through thousands of seeded random schedules of
+//! faults:
+//!
+//! - the cloud lags (a new machine stays invisible to `get` and `find` for up to
+//!   [`MAX_LAG`]), loses responses after acting, fails transiently, throttles, and takes a
+//!   while to delete;
+//! - the operator crashes at any await point (before or after the effect lands), restarting
+//!   with a new epoch of knowledge;
+//! - the operator reads a stale view of the VM (its informer lags, monotonically);
+//! - API writes fail, or land with their answer lost;
+//! - the ProviderConfig moves to another location and back.
+//!
+//! Invariants checked after every step: at most one live machine per VM. After the script
+//! ends (the VM deleted, faults stopped, the move reverted): no live machine and no object
+//! (so no finalizer) left. A VM whose machine was made while the ProviderConfig pointed
+//! elsewhere reports `LocationChanged` after the revert; the simulated user then does what the
+//! condition says and points the ProviderConfig back at that location.
+//!
+//! A failing seed prints its schedule. `VMOP_SIM_SEED=N` replays one seed (and prints its
+//! schedule); `VMOP_SIM_SEEDS=N` sets how many seeds run (default 10,000).
+
+use std::future::Future;
+use std::pin::pin;
+use std::task::{Context as TaskContext, Poll};
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use vmop::api::{
+    CREATE_LOCATION, DeletionPolicy, ProviderConfigRef, VM_FINALIZER, VirtualMachine,
+    VirtualMachineSpec, VirtualMachineStatus,
+};
+use vmop::controller::attempts::Attempts;
+use vmop::controller::effects::{Effects, Severity};
+use vmop::controller::error::Error;
+use vmop::controller::vm::{drive, facts};
+use vmop::plugin::{CallError, Operation, Phase, ProviderError, VmStatus};
+
+const GRACE: Duration = Duration::from_secs(30);
+/// Read-after-write lag of the fake cloud: within the grace period, as the contract requires.
+const MAX_LAG: Duration = Duration::from_secs(20);
+const UID: &str = "0b9f6c1e-uid";
+const HOME: &str = "loc-a";
+const ELSEWHERE: &str = "loc-b";
+/// Steps of faults per schedule, then steps to converge.
+const STEPS: u32 = 60;
+const SETTLE_STEPS: u32 = 40;
+
+/// splitmix64: small, seedable, good enough to spread schedules.
+#[derive(Debug, Clone)]
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// True with probability `percent`/100.
+    fn chance(&mut self, percent: u64) -> bool {
+        self.next() % 100 < percent
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        if n == 0 { 0 } else { self.next() % n }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Machine {
+    id: String,
+    uid: String,
+    location: String,
+    /// Not terminated.
+    live: bool,
+    /// When reads start to see it.
+    visible_at: Duration,
+    /// While terminating, reads see phase Deleting until then.
+    deleting_until: Option<Duration>,
+}
+
+/// The world one schedule runs in.
+struct World {
+    rng: Rng,
+    now: Duration,
+    machines: Vec<Machine>,
+    next_id: u32,
+    location: String,
+    faults: bool,
+    /// The VM object: every version written, newest last; `None` once it is gone.
+    versions: Vec<VirtualMachine>,
+    gone: bool,
+    /// The oldest version the operator's informer may still show.
+    informer_floor: usize,
+    log: Vec<String>,
+}
+
+impl World {
+    fn new(seed: u64) -> Self {
+        let mut vm = VirtualMachine::new(
+            "web",
+            VirtualMachineSpec {
+                provider_config_ref: ProviderConfigRef { name: "pc".into() },
+                image: "img".into(),
+                cpu: 1,
+                memory: Quantity("1Gi".into()),
+                user_data: None,
+                deletion_policy: DeletionPolicy::Delete,
+                connection_config_map: None,
+                accept_location: None,
+            },
+        );
+        vm.metadata.namespace = Some("ns".into());
+        vm.metadata.uid = Some(UID.into());
+        vm.metadata.resource_version = Some("1".into());
+        vm.metadata.generation = Some(1);
+        World {
+            rng: Rng(seed),
+            now: Duration::ZERO,
+            machines: Vec::new(),
+            next_id: 0,
+            location: HOME.into(),
+            faults: true,
+            versions: vec![vm],
+            gone: false,
+            informer_floor: 0,
+            log: Vec::new(),
+        }
+    }
+
+    fn latest(&self) -> Option<&VirtualMachine> {
+        if self.gone {
+            None
+        } else {
+            self.versions.last()
+        }
+    }
+
+    fn note(&mut self, line: String) {
+        self.log
+            .push(format!("t={:>5}s {line}", self.now.as_secs()));
+    }
+
+    /// Stores a new version of the object (bumping its resourceVersion).
+    fn commit(&mut self, mut vm: VirtualMachine) {
+        let rv = self.versions.len() + 1;
+        vm.metadata.resource_version = Some(rv.to_string());
+        let releasing = vm.metadata.deletion_timestamp.is_some() && vm.finalizers().is_empty();
+        self.versions.push(vm);
+        if releasing {
+            self.gone = true;
+            self.note("  api: object gone".into());
+        }
+    }
+
+    /// What the operator's informer shows: some version between its floor and the newest.
+    fn view(&mut self) -> Option<VirtualMachine> {
+        if self.gone {
+            return None;
+        }
+        let newest = self.versions.len() - 1;
+        let index = if self.faults && self.rng.chance(30) {
+            self.informer_floor + self.rng.below((newest - self.informer_floor + 1) as u64) as usize
+        } else {
+            newest
+        };
+        self.informer_floor = index;
+        self.versions.get(index).cloned()
+    }
+
+    fn live_for_uid(&self) -> usize {
+        self.machines
+            .iter()
+            .filter(|m| m.live && m.uid == UID)
+            .count()
+    }
+
+    fn seen(&self, m: &Machine, at: &str) -> Option<VmStatus> {
+        if !m.live || self.now < m.visible_at || m.location != at {
+            return None;
+        }
+        let phase = match m.deleting_until {
+            Some(until) if self.now < until => Phase::Deleting,
+            Some(_) => return None,
+            None => Phase::Running,
+        };
+        Some(VmStatus {
+            id: m.id.clone(),
+            phase,
+            addresses: Vec::new(),
+            message: None,
+        })
+    }
+
+    /// Someone deletes the VM's machine at the cloud: the operator must notice and recreate.
+    fn terminate_behind_our_back(&mut self) {
+        let now = self.now;
+        if let Some(m) = self.machines.iter_mut().find(|m| m.live && m.uid == UID) {
+            m.deleting_until = Some(now);
+            m.live = false;
+            let id = m.id.clone();
+            self.note(format!("someone terminates {id} at the cloud"));
+        }
+    }
+
+    /// Finishes terminations whose time has come.
+    fn tick(&mut self) {
+        let now = self.now;
+        for m in &mut self.machines {
+            if m.deleting_until.is_some_and(|until| now >= until) {
+                m.live = false;
+            }
+        }
+    }
+}
+
+/// How one effect call goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    Ok,
+    /// Fails before acting.
+    Fail,
+    /// Acts, then the answer is lost (reported as a transient failure).
+    Lost,
+    /// The operator dies before acting.
+    CrashBefore,
+    /// The operator dies after acting.
+    CrashAfter,
+    /// The cloud throttles.
+    Throttle,
+    /// The ProviderConfig's own limiter has no token: nothing is sent.
+    OwnThrottle,
+}
+
+struct Fake<'w> {
+    world: &'w mut World,
+    /// The ProviderConfig as resolved when the reconcile started: every call of the reconcile
+    /// goes there, as the real reconciler's calls all go through one resolved Provider.
+    location: String,
+    /// The object as this reconcile last read or wrote it.
+    vm: VirtualMachine,
+    crashed: bool,
+}
+
+impl Fake<'_> {
+    fn fate(&mut self, can_throttle: bool) -> Fate {
+        let w = &mut *self.world;
+        if !w.faults {
+            return Fate::Ok;
+        }
+        let roll = w.rng.below(100);
+        match roll {
+            0..=3 => Fate::CrashBefore,
+            4..=7 => Fate::CrashAfter,
+            8..=15 => Fate::Fail,
+            16..=23 => Fate::Lost,
+            24..=28 if can_throttle => Fate::Throttle,
+            29..=31 => Fate::OwnThrottle,
+            _ => Fate::Ok,
+        }
+    }
+
+    fn transient(op: Operation) -> Error {
+        Error::Call {
+            op,
+            source: CallError::Provider(ProviderError::Transient("simulated".into())),
+        }
+    }
+
+    fn throttled(op: Operation) -> Error {
+        Error::Call {
+            op,
+            source: CallError::Provider(ProviderError::RateLimited {
+                retry_after: Duration::from_secs(2),
+                message: "simulated".into(),
+            }),
+        }
+    }
+
+    /// Runs `act` under `fate`; a crash never returns (the operator is gone).
+    async fn perform<T>(
+        &mut self,
+        op: Operation,
+        what: String,
+        act: impl FnOnce(&mut Fake<'_>) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        let fate = self.fate(op != Operation::Location);
+        self.world.note(format!("  {what}: {fate:?}"));
+        match fate {
+            Fate::CrashBefore => self.crash().await,
+            Fate::Fail => return Err(Self::transient(op)),
+            Fate::Throttle => return Err(Self::throttled(op)),
+            Fate::OwnThrottle => {
+                return Err(Error::Throttled {
+                    op,
+                    retry_after: Duration::from_millis(300),
+                });
+            }
+            Fate::Ok | Fate::Lost | Fate::CrashAfter => {}
+        }
+        let result = act(self);
+        match fate {
+            Fate::CrashAfter => self.crash().await,
+            Fate::Lost => Err(Self::transient(op)),
+            _ => result,
+        }
+    }
+
+    async fn crash<T>(&mut self) -> T {
+        self.crashed = true;
+        std::future::pending::<T>().await
+    }
+
+    fn guarded(&mut self, change: impl FnOnce(&mut VirtualMachine)) -> Result<(), Error> {
+        let Some(latest) = self.world.latest() else {
+            return Err(conflict());
+        };
+        if latest.metadata.resource_version != self.vm.metadata.resource_version {
+            return Err(conflict());
+        }
+        let mut next = latest.clone();
+        change(&mut next);
+        self.world.commit(next.clone());
+        self.vm = next;
+        self.vm.metadata.resource_version = self
+            .world
+            .versions
+            .last()
+            .and_then(|v| v.metadata.resource_version.clone());
+        Ok(())
+    }
+}
+
+fn conflict() -> Error {
+    Error::Kube {
+        action: "write",
+        source: kube::Error::Api(
+            kube::core::Status::failure("conflict", "Conflict")
+                .with_code(409)
+                .boxed(),
+        ),
+    }
+}
+
+impl Effects for Fake<'_> {
+    async fn location(&mut self) -> Result<String, Error> {
+        let what = "location".to_owned();
+        self.perform(Operation::Location, what, |f| Ok(f.location.clone()))
+            .await
+    }
+
+    async fn find(&mut self) -> Result<Option<VmStatus>, Error> {
+        self.perform(Operation::Find, "find".into(), |f| {
+            let w = &*f.world;
+            Ok(w.machines
+                .iter()
+                .filter(|m| m.uid == UID)
+                .find_map(|m| w.seen(m, &f.location)))
+        })
+        .await
+    }
+
+    async fn get(&mut self, id: &str) -> Result<Option<VmStatus>, Error> {
+        self.perform(Operation::Get, format!("get {id}"), |f| {
+            let w = &*f.world;
+            Ok(w.machines
+                .iter()
+                .filter(|m| m.id == id)
+                .find_map(|m| w.seen(m, &f.location)))
+        })
+        .await
+    }
+
+    async fn create(&mut self) -> Result<VmStatus, Error> {
+        self.perform(Operation::Create, "create".into(), |f| {
+            let at = f.location.clone();
+            let w = &mut *f.world;
+            // Idempotent on the uid against the cloud's true state, as EC2's ClientToken is.
+            let existing = w
+                .machines
+                .iter()
+                .find(|m| m.live && m.uid == UID && m.location == at && m.deleting_until.is_none());
+            let id = match existing {
+                Some(m) => m.id.clone(),
+                None => {
+                    w.next_id += 1;
+                    let id = format!("i-{}", w.next_id);
+                    let lag = Duration::from_secs(w.rng.below(MAX_LAG.as_secs() + 1));
+                    w.machines.push(Machine {
+                        id: id.clone(),
+                        uid: UID.into(),
+                        location: at,
+                        live: true,
+                        visible_at: w.now + lag,
+                        deleting_until: None,
+                    });
+                    id
+                }
+            };
+            Ok(VmStatus {
+                id,
+                phase: Phase::Running,
+                addresses: Vec::new(),
+                message: None,
+            })
+        })
+        .await
+    }
+
+    async fn delete(&mut self, id: &str) -> Result<(), Error> {
+        self.perform(Operation::Delete, format!("delete {id}"), |f| {
+            let location = f.location.clone();
+            let w = &mut *f.world;
+            let until = w.now + Duration::from_secs(w.rng.below(8));
+            for m in &mut w.machines {
+                if m.id == id && m.location == location && m.live && m.deleting_until.is_none() {
+                    m.deleting_until = Some(until);
+                }
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn write_status(&mut self, status: &VirtualMachineStatus) -> Result<(), Error> {
+        let status = status.clone();
+        self.perform(Operation::Get, "write status".into(), move |f| {
+            f.guarded(|vm| vm.status = Some(status))
+        })
+        .await
+    }
+
+    async fn add_finalizer(&mut self, location: &str) -> Result<(), Error> {
+        let location = location.to_owned();
+        self.perform(Operation::Get, "add finalizer".into(), move |f| {
+            f.guarded(|vm| {
+                vm.metadata
+                    .finalizers
+                    .get_or_insert_with(Vec::new)
+                    .push(VM_FINALIZER.into());
+                vm.annotations_mut()
+                    .insert(CREATE_LOCATION.into(), location);
+            })
+        })
+        .await
+    }
+
+    async fn intend(&mut self, location: &str) -> Result<(), Error> {
+        let location = location.to_owned();
+        self.perform(Operation::Get, format!("intend {location}"), move |f| {
+            f.guarded(|vm| {
+                vm.annotations_mut()
+                    .insert(CREATE_LOCATION.into(), location);
+            })
+        })
+        .await
+    }
+
+    async fn remove_finalizer(&mut self) -> Result<(), Error> {
+        self.perform(Operation::Get, "remove finalizer".into(), |f| {
+            f.guarded(|vm| {
+                if let Some(list) = &mut vm.metadata.finalizers {
+                    list.retain(|x| x != VM_FINALIZER);
+                }
+            })
+        })
+        .await
+    }
+
+    async fn event(&mut self, _: Severity, _: &str, reason: &str, _: String) {
+        self.world.note(format!("  event {reason}"));
+    }
+}
+
+/// Polls a future whose every await resolves at once, except a crash, which never does.
+fn run_once<F: Future>(future: F) -> Option<F::Output> {
+    let mut future = pin!(future);
+    let mut cx = TaskContext::from_waker(futures::task::noop_waker_ref());
+    match future.as_mut().poll(&mut cx) {
+        Poll::Ready(output) => Some(output),
+        Poll::Pending => None,
+    }
+}
+
+/// One reconcile of the VM, as the operator would run it now.
+fn reconcile(world: &mut World, attempts: &mut Attempts) {
+    let Some(view) = world.view() else {
+        return;
+    };
+    let rv = view.metadata.resource_version.clone().unwrap_or_default();
+    world.note(format!("reconcile (view rv {rv})"));
+    let facts = facts(&view, attempts, GRACE);
+    let mut status = view.status.clone().unwrap_or_default();
+    let location = world.location.clone();
+    let mut fake = Fake {
+        world: &mut *world,
+        location,
+        vm: view.clone(),
+        crashed: false,
+    };
+    let outcome = run_once(drive(&view, facts, attempts, &mut status, &mut fake));
+    let crashed = fake.crashed;
+    match outcome {
+        Some(Ok(outcome)) => world.note(format!("  -> {outcome:?}")),
+        Some(Err(e)) => world.note(format!("  -> error {}", e.reason())),
+        None => {
+            assert!(crashed, "drive awaited something that never resolved");
+            world.note("  -> operator crashed; restarting with a new epoch".into());
+            *attempts = Attempts::new();
+            world.informer_floor = world.versions.len() - 1;
+        }
+    }
+}
+
+/// Advances the paused clock and the world together.
+async fn advance(world: &mut World, by: Duration) {
+    tokio::time::advance(by).await;
+    world.now += by;
+    world.tick();
+}
+
+struct Schedule {
+    delete_at: u32,
+    move_at: Option<(u32, u32)>,
+}
+
+fn schedule(rng: &mut Rng) -> Schedule {
+    // Often soon after the first create, while the machine may still be invisible.
+    let delete_at = if rng.chance(40) {
+        1 + rng.below(6) as u32
+    } else {
+        5 + rng.below(u64::from(STEPS - 5)) as u32
+    };
+    let move_at = rng.chance(30).then(|| {
+        let from = rng.below(u64::from(STEPS)) as u32;
+        (from, from + 1 + rng.below(20) as u32)
+    });
+    Schedule { delete_at, move_at }
+}
+
+/// Runs one seed: what went wrong, if anything, and the schedule as it ran.
+async fn simulate(seed: u64) -> (Result<(), String>, Vec<String>) {
+    let mut world = World::new(seed);
+    let result = run_schedule(&mut world).await;
+    (result, std::mem::take(&mut world.log))
+}
+
+async fn run_schedule(world: &mut World) -> Result<(), String> {
+    let plan = schedule(&mut world.rng);
+    let mut attempts = Attempts::new();
+    for step in 0..STEPS + SETTLE_STEPS {
+        if step == STEPS {
+            world.faults = false;
+            world.location = HOME.into();
+            world.note("faults stop, location home".into());
+        }
+        if step == plan.delete_at.min(STEPS) && !world.gone {
+            let mut vm = world.versions.last().cloned().ok_or("no object")?;
+            if vm.metadata.deletion_timestamp.is_none() {
+                vm.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+                world.note("user deletes the VM".into());
+                world.commit(vm);
+            }
+        }
+        if let Some((from, to)) = plan.move_at {
+            if step == from {
+                world.location = ELSEWHERE.into();
+                world.note("ProviderConfig moves".into());
+            } else if step == to {
+                world.location = HOME.into();
+                world.note("ProviderConfig moves back".into());
+            }
+        }
+        if step >= STEPS
+            && let Some(back) = world.latest().and_then(blocked_at)
+        {
+            world.note(format!("user points the ProviderConfig back at {back}"));
+            world.location = back;
+        }
+        reconcile(world, &mut attempts);
+        let live = world.live_for_uid();
+        if live > 1 {
+            return Err(format!(
+                "{live} live machines for one VM at step {step} (duplicated)"
+            ));
+        }
+        if world.faults && world.rng.chance(4) {
+            world.terminate_behind_our_back();
+        }
+        let by = if world.rng.chance(50) {
+            Duration::from_secs(world.rng.below(4))
+        } else {
+            Duration::from_secs(world.rng.below(15))
+        };
+        advance(world, by).await;
+    }
+    if !world.gone {
+        return Err(
+            "the VM object (and its finalizer) is still there after the faults stopped (stuck)"
+                .into(),
+        );
+    }
+    if world.live_for_uid() > 0 {
+        return Err("a live machine was left behind (leaked)".into());
+    }
+    Ok(())
+}
+
+/// Where a VM blocked by `LocationChanged` says its machine may be.
+fn blocked_at(vm: &VirtualMachine) -> Option<String> {
+    let status = vm.status.as_ref()?;
+    let synced = status.conditions.iter().find(|c| c.type_ == "Synced")?;
+    if synced.reason != "LocationChanged" {
+        return None;
+    }
+    match &status.id {
+        Some(_) => status.location.clone(),
+        None => vm.annotations().get(CREATE_LOCATION).cloned(),
+    }
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_schedule_leaks_duplicates_or_sticks() {
+    let seeds: Vec<u64> = match env_u64("VMOP_SIM_SEED") {
+        Some(seed) => vec![seed],
+        None => (0..env_u64("VMOP_SIM_SEEDS").unwrap_or(10_000)).collect(),
+    };
+    let started = std::time::Instant::now();
+    let mut failures = Vec::new();
+    for &seed in &seeds {
+        let (result, log) = simulate(seed).await;
+        if seeds.len() == 1 {
+            println!("{}", log.join("\n"));
+        }
+        if let Err(why) = result {
+            failures.push((seed, why, log));
+        }
+    }
+    println!(
+        "simulation: {} seeds, {} steps each, {:?} wall, {} failed",
+        seeds.len(),
+        STEPS + SETTLE_STEPS,
+        started.elapsed(),
+        failures.len()
+    );
+    if let Some((seed, why, log)) = failures.first() {
+        let seeds_failed: Vec<u64> = failures.iter().map(|f| f.0).take(20).collect();
+        panic!(
+            "{} of {} seeds failed ({seeds_failed:?}...); first: seed {seed}: {why}\n\
+             replay with VMOP_SIM_SEED={seed}\n{}",
+            failures.len(),
+            seeds.len(),
+            log.join("\n")
+        );
+    }
+}

@@ -1,0 +1,154 @@
+//! Contract 0.2 on real components: the output bounds of `wit/provider.wit` are enforced on
+//! every export (issue 8, path 7), a component built for 0.1 is refused naming both versions,
+//! and the new read-only exports (`find`, `location`) answer through the sandbox.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use vmop::plugin::{
+    CallContext, CallError, CallLimits, EgressPolicy, EngineConfig, ErrorClass, Fault, LoadError,
+    Phase, Plugin, PluginEngine, PluginRegistry, ProviderSettings, RegistryConfig, VmSpec,
+};
+
+async fn registry(guests: &[&str]) -> anyhow::Result<(tempfile::TempDir, PluginRegistry)> {
+    let dir = tempfile::tempdir()?;
+    for name in guests {
+        let wasm = vmop_tests::wasm::path(name)?;
+        std::fs::copy(wasm, dir.path().join(format!("{name}.wasm")))?;
+    }
+    let engine = PluginEngine::new(&EngineConfig {
+        max_instances: 8,
+        ..EngineConfig::default()
+    })?;
+    let registry = PluginRegistry::new(
+        engine,
+        RegistryConfig {
+            plugin_dir: dir.path().to_path_buf(),
+            cache_dir: None,
+            info_limits: CallLimits::default(),
+        },
+    )?;
+    Ok((dir, registry))
+}
+
+async fn load(registry: &PluginRegistry, name: &str) -> anyhow::Result<Arc<Plugin>> {
+    Ok(registry
+        .load(Path::new(&format!("{name}.wasm")), None)
+        .await?)
+}
+
+fn mode(m: &str) -> CallContext {
+    CallContext {
+        settings: ProviderSettings {
+            settings: BTreeMap::from([("mode".to_owned(), m.to_owned())]),
+            secrets: BTreeMap::new(),
+        },
+        egress: EgressPolicy::deny_all(),
+        limits: CallLimits {
+            timeout: Duration::from_secs(10),
+            memory_bytes: 128 << 20,
+            ..CallLimits::default()
+        },
+        label: "contract-test".to_owned(),
+    }
+}
+
+fn spec() -> VmSpec {
+    VmSpec {
+        name: "web".into(),
+        namespace: "ns".into(),
+        uid: "uid-1".into(),
+        image: "img".into(),
+        cpu: 1,
+        memory_mib: 512,
+        user_data: None,
+        labels: BTreeMap::new(),
+        parameters: BTreeMap::new(),
+    }
+}
+
+/// A violation: a plugin fault, transient (a fixed plugin is picked up on reload), reason
+/// `PluginContractViolation`, and a message that does not carry the oversized content.
+fn assert_violation<T: std::fmt::Debug>(result: Result<T, CallError>, what: &str) {
+    let err = match result {
+        Ok(v) => panic!("{what}: accepted an answer over the bounds: {v:?}"),
+        Err(e) => e,
+    };
+    assert!(
+        matches!(err, CallError::ContractViolation { .. }),
+        "{what}: {err:?}"
+    );
+    assert_eq!(err.fault(), Fault::Plugin, "{what}");
+    assert_eq!(err.class(), ErrorClass::Transient, "{what}");
+    assert_eq!(err.reason(), "PluginContractViolation", "{what}");
+    let text = vmop::telemetry::events::chain(&err);
+    assert!(
+        text.len() < 300,
+        "{what}: the error quotes the content ({} bytes)",
+        text.len()
+    );
+}
+
+#[tokio::test]
+async fn oversized_outputs_are_contract_violations() -> anyhow::Result<()> {
+    let (_dir, registry) = registry(&["hostile"]).await?;
+    let hostile = load(&registry, "hostile").await?;
+    for m in ["huge-id", "many-addresses"] {
+        let ctx = mode(m);
+        assert_violation(hostile.create(&ctx, &spec()).await, &format!("{m} create"));
+        assert_violation(hostile.get(&ctx, "i-1").await, &format!("{m} get"));
+        assert_violation(hostile.find(&ctx, "uid-1").await, &format!("{m} find"));
+    }
+    let ctx = mode("huge-message");
+    assert_violation(hostile.create(&ctx, &spec()).await, "huge-message create");
+    assert_violation(hostile.delete(&ctx, "i-1").await, "huge-message delete");
+    let ctx = mode("retry-forever");
+    assert_violation(hostile.get(&ctx, "i-1").await, "retry-forever get");
+    assert_violation(
+        hostile.location(&mode("huge-location")).await,
+        "huge-location",
+    );
+    // The same plugin serves a well-behaved call right after.
+    let ok = hostile.create(&mode("ok"), &spec()).await?;
+    assert_eq!(ok.phase, Phase::Running);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_plugin_built_for_contract_0_1_is_refused_naming_both_versions() -> anyhow::Result<()>
+{
+    let (_dir, registry) = registry(&["old_wit"]).await?;
+    let err = registry
+        .load(Path::new("old_wit.wasm"), None)
+        .await
+        .expect_err("a 0.1 component must not load");
+    match &err {
+        LoadError::IncompatibleWit { plugin, host, .. } => {
+            assert_eq!(plugin, "0.1.0");
+            assert_eq!(*host, vmop::plugin::WIT_VERSION);
+        }
+        other => panic!("refused for another reason: {other:?}"),
+    }
+    let text = err.to_string();
+    assert!(
+        text.contains("0.1.0") && text.contains("0.2.0"),
+        "the message must name both versions: {text}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn find_and_location_answer_through_the_sandbox() -> anyhow::Result<()> {
+    let (_dir, registry) = registry(&["trivial"]).await?;
+    let trivial = load(&registry, "trivial").await?;
+    let ctx = mode("ok");
+    let created = trivial.create(&ctx, &spec()).await?;
+    let found = trivial.find(&ctx, "uid-1").await?;
+    assert_eq!(found.map(|f| f.id), Some(created.id));
+    assert_eq!(trivial.location(&ctx).await?, "trivial");
+    let info = trivial.info();
+    assert_eq!(info.wit_version, "0.2.0");
+    Ok(())
+}
