@@ -96,6 +96,7 @@ pub fn spec(uid: &str) -> VmSpec {
         memory_mib: 512,
         user_data: None,
         labels: BTreeMap::new(),
+        parameters: BTreeMap::new(),
     }
 }
 
