@@ -15,7 +15,7 @@ fn signed(moto: &Moto, credentials: &AwsCredentials) -> anyhow::Result<CallConte
     let endpoint = moto.endpoint();
     context(
         &[("region", "us-east-1"), ("endpoint", &endpoint)],
-        &[endpoint.clone()],
+        std::slice::from_ref(&endpoint),
         CredentialsMode::AwsSigV4,
         &[
             ("access_key_id", &credentials.access_key_id),

@@ -13,8 +13,8 @@ use support::{attempt, context, load};
 use vmop::api::CredentialsMode;
 use vmop::plugin::{CallContext, EgressPolicy, StaticResolver};
 
-fn ip(s: &str) -> IpAddr {
-    s.parse().unwrap_or_else(|e| panic!("{s}: {e}"))
+fn ip(s: &str) -> anyhow::Result<IpAddr> {
+    Ok(s.parse()?)
 }
 
 /// A context whose allowlist is `allowed` and whose names resolve through `resolver`.
@@ -26,10 +26,10 @@ fn fetch(target: &str, allowed: &[String], private: bool) -> anyhow::Result<Call
         &[],
     )?;
     let resolver = StaticResolver::new()
-        .with("loopback.test", [ip("127.0.0.1")])
-        .with("metadata.test", [ip("169.254.169.254")])
-        .with("mapped.test", [ip("::ffff:127.0.0.1")])
-        .with("mapped-metadata.test", [ip("::ffff:169.254.169.254")]);
+        .with("loopback.test", [ip("127.0.0.1")?])
+        .with("metadata.test", [ip("169.254.169.254")?])
+        .with("mapped.test", [ip("::ffff:127.0.0.1")?])
+        .with("mapped-metadata.test", [ip("::ffff:169.254.169.254")?]);
     ctx.egress = EgressPolicy::parse(allowed)?
         .allow_private_networks(private)
         .with_resolver(Arc::new(resolver));

@@ -33,6 +33,15 @@ fn quantity(q: &str) -> anyhow::Result<u64> {
     Ok(n * factor)
 }
 
+/// The value at `path` (mapping keys, or sequence indices written as numbers).
+fn at<'a>(value: &'a Value, path: &[&str]) -> Option<&'a Value> {
+    path.iter()
+        .try_fold(value, |v, key| match key.parse::<usize>() {
+            Ok(i) => v.as_sequence()?.get(i),
+            Err(_) => v.get(*key),
+        })
+}
+
 fn budget(instances: u32) -> u64 {
     EngineConfig {
         max_instances: instances,
@@ -43,9 +52,10 @@ fn budget(instances: u32) -> u64 {
 
 fn check_deployment(path: &str) -> anyhow::Result<()> {
     let doc = yaml(path)?;
-    let container = &doc["spec"]["template"]["spec"]["containers"][0];
-    let instances: u32 = container["args"]
-        .as_sequence()
+    let container = at(&doc, &["spec", "template", "spec", "containers", "0"])
+        .with_context(|| format!("{path}: no container"))?;
+    let instances: u32 = at(container, &["args"])
+        .and_then(Value::as_sequence)
         .into_iter()
         .flatten()
         .filter_map(Value::as_str)
@@ -53,8 +63,8 @@ fn check_deployment(path: &str) -> anyhow::Result<()> {
         .with_context(|| format!("{path}: no --max-plugin-instances"))?
         .parse()?;
     let limit = quantity(
-        container["resources"]["limits"]["memory"]
-            .as_str()
+        at(container, &["resources", "limits", "memory"])
+            .and_then(Value::as_str)
             .with_context(|| format!("{path}: no memory limit"))?,
     )?;
     assert!(
@@ -75,12 +85,12 @@ fn deployments_fit_their_worst_case() -> anyhow::Result<()> {
 #[test]
 fn chart_defaults_fit_their_worst_case() -> anyhow::Result<()> {
     let values = yaml("charts/vmop/values.yaml")?;
-    let instances = values["maxPluginInstances"]
-        .as_u64()
+    let instances = at(&values, &["maxPluginInstances"])
+        .and_then(Value::as_u64)
         .context("maxPluginInstances")?;
     let limit = quantity(
-        values["resources"]["limits"]["memory"]
-            .as_str()
+        at(&values, &["resources", "limits", "memory"])
+            .and_then(Value::as_str)
             .context("resources.limits.memory")?,
     )?;
     assert!(budget(u32::try_from(instances)?) <= limit);

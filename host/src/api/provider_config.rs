@@ -59,7 +59,8 @@ pub struct ProviderConfigSpec {
     /// How the credentials Secret is used. `aws-sigv4` (default), `bearer` and `header`: the
     /// operator authenticates every allowed request itself and the plugin never receives a
     /// secret value. `aws-sigv4` signs with the keys `access_key_id`, `secret_access_key` and
-    /// optional `session_token`, for the setting `region` and the service in setting
+    /// optional `session_token`, for the service and region the plugin names per request or the
+    /// endpoint's (`<service>.<region>.amazonaws.com`), else for settings `region` and
     /// `signingService` (default `ec2`); `bearer` sends `Authorization: Bearer <token>` from key
     /// `token`; `header` sends key `token` in the header named by setting `credentialsHeader`.
     /// Headers the plugin sets under those names are replaced. `passthrough` hands every key

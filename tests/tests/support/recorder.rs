@@ -91,25 +91,25 @@ async fn read_request(socket: &mut tokio::net::TcpStream) -> Option<Recorded> {
         if n == 0 {
             return None;
         }
-        raw.extend_from_slice(&buf[..n]);
+        raw.extend_from_slice(buf.get(..n).unwrap_or_default());
         if let Some(i) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
             break i;
         }
     };
-    let head = String::from_utf8_lossy(&raw[..head_end]).into_owned();
+    let head = String::from_utf8_lossy(raw.get(..head_end).unwrap_or_default()).into_owned();
     let length: usize = head
         .lines()
         .filter_map(|l| l.split_once(':'))
         .find(|(n, _)| n.trim().eq_ignore_ascii_case("content-length"))
         .and_then(|(_, v)| v.trim().parse().ok())
         .unwrap_or(0);
-    let mut body = raw[head_end + 4..].to_vec();
+    let mut body = raw.get(head_end + 4..).unwrap_or_default().to_vec();
     while body.len() < length {
         let n = socket.read(&mut buf).await.ok()?;
         if n == 0 {
             break;
         }
-        body.extend_from_slice(&buf[..n]);
+        body.extend_from_slice(buf.get(..n).unwrap_or_default());
     }
     Some(Recorded {
         head,
