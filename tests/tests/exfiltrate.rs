@@ -153,3 +153,31 @@ async fn guest_authorization_is_replaced_by_the_hosts() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// Under `passthrough` the plugin holds the secret and can put it in an error: the redactor that
+/// callers apply (`Redactor::call_error`) removes it. (In this binary, not redaction.rs: the
+/// plugin runtime still logs the raw error at debug level, see the ignored test there.)
+const ECHOED: &str = "tok-ECHOED-IN-AN-ERROR-42";
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_redactor_removes_an_echoed_secret_from_the_error() -> anyhow::Result<()> {
+    let (_dir, plugin) = load("exfiltrate").await?;
+    let ctx = context(
+        &[("mode", "echo"), ("as-error", "true")],
+        &[],
+        CredentialsMode::Passthrough,
+        &[("token", ECHOED)],
+    )?;
+    let redactor = ctx.egress.redactor().clone();
+    let error = plugin
+        .get(&ctx, "vm-1")
+        .await
+        .map(drop)
+        .map_err(|e| redactor.call_error(e));
+    let text = format!("{error:?}");
+    ensure!(
+        text.contains("[redacted]") && !text.contains(ECHOED),
+        "{text}"
+    );
+    Ok(())
+}
