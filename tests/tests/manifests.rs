@@ -40,6 +40,7 @@ const KNOBS: &str = r#"
 replicas: 2
 logFormat: text
 maxConcurrentReconciles: 4
+maxPluginInstances: 8
 extraArgs: ["--extra=1"]
 leaderElection: { enabled: false }
 plugins: { mode: initContainer, reference: "registry.example.com/other/plugins:1" }
@@ -109,6 +110,7 @@ async fn helm_chart_knobs_reach_the_deployment() -> anyhow::Result<()> {
         "run",
         "--plugin-dir=/plugins",
         "--cache-dir=/cache",
+        "--max-plugin-instances=8",
         "--log-format=text",
         "--max-concurrent-reconciles=4",
         "--extra=1",
