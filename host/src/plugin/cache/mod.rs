@@ -40,8 +40,8 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::hash::{Hash, Hasher};
-use std::io::{self, Read, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
@@ -52,6 +52,9 @@ use wasmtime::Engine;
 use wasmtime::component::Component;
 
 use super::engine::WasmError;
+use key::{KEY_LEN, load_or_create_key, random_key};
+
+mod key;
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -60,7 +63,6 @@ pub const KEY_FILE: &str = ".vmop-cache-key";
 /// Artifacts kept on disk: below the chart's 256 MiB `cache.sizeLimit`, so the kubelet never
 /// evicts the pod for its cache.
 pub const DEFAULT_MAX_BYTES: u64 = 192 << 20;
-const KEY_LEN: usize = 32;
 const MAGIC: &[u8; 8] = b"VMOPCW01";
 const TAG_LEN: usize = 32;
 const EXTENSION: &str = "cwasm";
@@ -321,51 +323,6 @@ fn engine_key(engine: &Engine) -> String {
     hex::encode(hasher.0.finalize())
 }
 
-fn random_key() -> io::Result<[u8; KEY_LEN]> {
-    let mut key = [0u8; KEY_LEN];
-    File::open("/dev/urandom")?.read_exact(&mut key)?;
-    Ok(key)
-}
-
-/// The key in `path`, created (0600, exclusively) when absent.
-fn load_or_create_key(path: &Path) -> io::Result<[u8; KEY_LEN]> {
-    match OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-    {
-        Ok(mut file) => {
-            let key = random_key()?;
-            file.write_all(&key)?;
-            file.sync_all()?;
-            return Ok(key);
-        }
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(e),
-    }
-    let meta = fs::symlink_metadata(path)?;
-    let invalid = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_owned());
-    if !meta.file_type().is_file() {
-        return Err(invalid("the key file is not a regular file"));
-    }
-    if meta.mode() & 0o077 != 0 {
-        return Err(invalid("the key file is accessible to other users"));
-    }
-    if meta.uid() != current_uid()? {
-        return Err(invalid("the key file belongs to another user"));
-    }
-    let bytes = fs::read(path)?;
-    bytes
-        .try_into()
-        .map_err(|_| invalid("the key file does not hold 32 bytes"))
-}
-
-/// This process's effective uid, read from `/proc/self` (no `unsafe`).
-fn current_uid() -> io::Result<u32> {
-    Ok(fs::metadata("/proc/self")?.uid())
-}
-
 /// Deserializes bytes whose tag [`ArtifactCache::verify`] checked.
 #[allow(unsafe_code)]
 fn deserialize(engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Component> {
@@ -379,6 +336,7 @@ fn deserialize(engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Component> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::MetadataExt;
 
     fn engine() -> Engine {
         Engine::default()
@@ -435,16 +393,6 @@ mod tests {
         other.store("abc", &component(&engine)).unwrap();
         fs::copy(other.path("abc"), &path).unwrap();
         assert!(cache.load(&engine, "abc").unwrap().is_none());
-    }
-
-    #[test]
-    fn an_unsafe_key_file_is_not_trusted_across_restarts() {
-        let dir = tempfile::tempdir().unwrap();
-        let key = dir.path().join(KEY_FILE);
-        fs::write(&key, [7u8; KEY_LEN]).unwrap();
-        fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
-        let cache = ArtifactCache::new(dir.path(), &engine()).unwrap();
-        assert!(!cache.is_persistent());
     }
 
     #[test]
