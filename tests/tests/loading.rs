@@ -122,7 +122,7 @@ async fn an_incompatible_wit_version_is_refused() -> anyhow::Result<()> {
     let reg = registry(dir.path(), None)?;
     let err = reg.load("old.wasm", None).await.err();
     assert!(
-        matches!(&err, Some(LoadError::IncompatibleWit { plugin, host, .. }) if plugin == "0.9.0" && *host == "0.1.0"),
+        matches!(&err, Some(LoadError::IncompatibleWit { plugin, host, .. }) if plugin == "0.9.0" && *host == vmop::plugin::WIT_VERSION),
         "{err:?}"
     );
     Ok(())

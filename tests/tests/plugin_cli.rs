@@ -38,7 +38,7 @@ async fn inspect_prints_identity_digest_and_imports() -> anyhow::Result<()> {
     result?;
     assert_eq!(json["name"], "hostile");
     assert_eq!(json["version"], "0.1.0");
-    assert_eq!(json["witVersion"], "0.1.0");
+    assert_eq!(json["witVersion"], vmop::plugin::WIT_VERSION);
     let digest = json["sha256"].as_str().context("no digest")?;
     assert_eq!(digest.len(), 64);
     let imports: Vec<&str> = json["imports"]

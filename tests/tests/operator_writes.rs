@@ -1,0 +1,111 @@
+//! The operator's API writes per VM lifecycle, counted, not timed: at most the writes a plain
+//! controller-runtime operator makes (finalizer added, status written once, finalizer removed)
+//! plus one Event (`Created`). Counted from the API server's own `apiserver_request_total`
+//! (this test binary has its control plane to itself), minus the test's own create and delete.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::ensure;
+use kube::Client;
+use kube::api::DeleteParams;
+use vmop::api::ProviderConfig;
+use vmop_tests::operator::{Env, wait_for};
+
+fn operator_bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_vmop-operator"))
+}
+
+const VMS: usize = 5;
+
+/// Successful and failed write requests by `resource[/subresource]`, leases excluded.
+async fn writes(client: &Client) -> anyhow::Result<BTreeMap<String, u64>> {
+    let request = http::Request::get("/metrics").body(Vec::new())?;
+    let text = client.request_text(request).await?;
+    let mut out = BTreeMap::new();
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+    {
+        let Some((labels, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let label = |key: &str| {
+            let start = labels.find(&format!("{key}=\""))? + key.len() + 2;
+            let end = labels.get(start..)?.find('"')? + start;
+            labels.get(start..end)
+        };
+        let verb = label("verb").unwrap_or_default();
+        let resource = label("resource").unwrap_or_default();
+        if !matches!(verb, "POST" | "PUT" | "PATCH" | "APPLY" | "DELETE") || resource == "leases" {
+            continue;
+        }
+        let key = match label("subresource").unwrap_or_default() {
+            "" => resource.to_owned(),
+            sub => format!("{resource}/{sub}"),
+        };
+        *out.entry(key).or_insert(0) += value.parse::<f64>().unwrap_or(0.0).round() as u64;
+    }
+    Ok(out)
+}
+
+#[tokio::test]
+async fn a_vm_lifecycle_costs_the_peers_writes_plus_one_event() -> anyhow::Result<()> {
+    let env = Env::new("writes").await?;
+    let provider = env.standard_provider("aws").await?;
+    let _operator = env.operator().start(operator_bin())?;
+    // Let the ProviderConfig settle first: its status is per ProviderConfig, not per VM.
+    wait_for(
+        env.provider_configs(),
+        &provider,
+        "Ready=True",
+        |pc: Option<&ProviderConfig>| {
+            pc.and_then(|pc| pc.status.as_ref()).is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+            })
+        },
+    )
+    .await?;
+
+    let before = writes(&env.client).await?;
+    for i in 0..VMS {
+        env.create_vm(&env.vm(&format!("vm-{i}"), &provider))
+            .await?;
+    }
+    for i in 0..VMS {
+        env.wait_ready(&format!("vm-{i}")).await?;
+    }
+    for i in 0..VMS {
+        env.vms()
+            .delete(&format!("vm-{i}"), &DeleteParams::default())
+            .await?;
+    }
+    for i in 0..VMS {
+        env.wait_gone(&format!("vm-{i}")).await?;
+    }
+    let after = writes(&env.client).await?;
+    let per_vm = |key: &str| {
+        let n = after.get(key).copied().unwrap_or(0) - before.get(key).copied().unwrap_or(0);
+        n as f64 / VMS as f64
+    };
+    // The test itself creates and deletes each VM: one POST and one DELETE of virtualmachines.
+    let objects = per_vm("virtualmachines") - 2.0;
+    let status = per_vm("virtualmachines/status");
+    let events = per_vm("events");
+    println!(
+        "operator writes per VM lifecycle: virtualmachines {objects}, status {status}, events {events} \
+         (peer: 2, 1, 0)"
+    );
+    ensure!(
+        objects == 2.0,
+        "finalizer writes per VM: {objects} (expected 2: add, remove)"
+    );
+    ensure!(status == 1.0, "status writes per VM: {status} (expected 1)");
+    ensure!(
+        events <= 1.0,
+        "Events per VM: {events} (expected at most 1)"
+    );
+    Ok(())
+}
