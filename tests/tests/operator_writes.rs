@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::ensure;
-use kube::Client;
 use kube::api::DeleteParams;
+use kube::{Client, ResourceExt};
 use vmop::api::ProviderConfig;
 use vmop_tests::operator::{Env, wait_for};
 
@@ -52,7 +52,19 @@ async fn writes(client: &Client) -> anyhow::Result<BTreeMap<String, u64>> {
 #[tokio::test]
 async fn a_vm_lifecycle_costs_the_peers_writes_plus_one_event() -> anyhow::Result<()> {
     let env = Env::new("writes").await?;
-    let provider = env.standard_provider("aws").await?;
+    // The instant provider (the trivial guest, whose `get` answers "none" once asked to), as
+    // in the peer comparison: no cloud latency, no boot phases.
+    std::fs::copy(
+        vmop_tests::wasm::path("trivial")?,
+        env.plugin_dir.path().join("trivial.wasm"),
+    )?;
+    let mut pc = env.provider_config("instant", "unused");
+    pc.spec.plugin.path = "trivial.wasm".to_owned();
+    pc.spec.config = BTreeMap::from([("get".to_owned(), "none".to_owned())]);
+    pc.spec.credentials_secret_ref = None;
+    pc.spec.allowed_hosts = Vec::new();
+    env.apply_provider_config(&pc).await?;
+    let provider = pc.name_any();
     let _operator = env.operator().start(operator_bin())?;
     // Let the ProviderConfig settle first: its status is per ProviderConfig, not per VM.
     wait_for(
