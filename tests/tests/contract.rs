@@ -117,8 +117,7 @@ async fn oversized_outputs_are_contract_violations() -> anyhow::Result<()> {
 }
 
 #[tokio::test]
-async fn a_plugin_built_for_contract_0_1_is_refused_naming_both_versions() -> anyhow::Result<()>
-{
+async fn a_plugin_built_for_contract_0_1_is_refused_naming_both_versions() -> anyhow::Result<()> {
     let (_dir, registry) = registry(&["old_wit"]).await?;
     let err = registry
         .load(Path::new("old_wit.wasm"), None)
