@@ -31,7 +31,6 @@ use std::sync::Arc;
 
 use futures::{FutureExt, StreamExt, TryStreamExt, future};
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::runtime::Predicate;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector::{self, store::WriterDropped};
 use kube::runtime::{WatchStreamExt, predicates, watcher};
