@@ -8,8 +8,9 @@ use std::path::Path;
 
 use anyhow::ensure;
 use kube::api::DeleteParams;
-use kube::{Client, ResourceExt};
+use kube::ResourceExt;
 use vmop::api::ProviderConfig;
+use vmop_tests::operator::writes::api_writes;
 use vmop_tests::operator::{Env, wait_for};
 
 fn operator_bin() -> &'static Path {
@@ -17,37 +18,6 @@ fn operator_bin() -> &'static Path {
 }
 
 const VMS: usize = 5;
-
-/// Successful and failed write requests by `resource[/subresource]`, leases excluded.
-async fn writes(client: &Client) -> anyhow::Result<BTreeMap<String, u64>> {
-    let request = http::Request::get("/metrics").body(Vec::new())?;
-    let text = client.request_text(request).await?;
-    let mut out = BTreeMap::new();
-    for line in text
-        .lines()
-        .filter(|l| l.starts_with("apiserver_request_total{"))
-    {
-        let Some((labels, value)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let label = |key: &str| {
-            let start = labels.find(&format!("{key}=\""))? + key.len() + 2;
-            let end = labels.get(start..)?.find('"')? + start;
-            labels.get(start..end)
-        };
-        let verb = label("verb").unwrap_or_default();
-        let resource = label("resource").unwrap_or_default();
-        if !matches!(verb, "POST" | "PUT" | "PATCH" | "APPLY" | "DELETE") || resource == "leases" {
-            continue;
-        }
-        let key = match label("subresource").unwrap_or_default() {
-            "" => resource.to_owned(),
-            sub => format!("{resource}/{sub}"),
-        };
-        *out.entry(key).or_insert(0) += value.parse::<f64>().unwrap_or(0.0).round() as u64;
-    }
-    Ok(out)
-}
 
 #[tokio::test]
 async fn a_vm_lifecycle_costs_the_peers_writes_plus_one_event() -> anyhow::Result<()> {
@@ -81,7 +51,7 @@ async fn a_vm_lifecycle_costs_the_peers_writes_plus_one_event() -> anyhow::Resul
     )
     .await?;
 
-    let before = writes(&env.client).await?;
+    let before = api_writes(&env.client).await?;
     for i in 0..VMS {
         env.create_vm(&env.vm(&format!("vm-{i}"), &provider))
             .await?;
@@ -97,10 +67,10 @@ async fn a_vm_lifecycle_costs_the_peers_writes_plus_one_event() -> anyhow::Resul
     for i in 0..VMS {
         env.wait_gone(&format!("vm-{i}")).await?;
     }
-    let after = writes(&env.client).await?;
+    let after = api_writes(&env.client).await?;
     let per_vm = |key: &str| {
-        let n = after.get(key).copied().unwrap_or(0) - before.get(key).copied().unwrap_or(0);
-        n as f64 / VMS as f64
+        let n = after.get(key).copied().unwrap_or(0.0) - before.get(key).copied().unwrap_or(0.0);
+        n / VMS as f64
     };
     // The test itself creates and deletes each VM: one POST and one DELETE of virtualmachines.
     let objects = per_vm("virtualmachines") - 2.0;
