@@ -287,7 +287,7 @@ async fn the_watcher_swaps_a_replaced_file() -> anyhow::Result<()> {
 }
 
 #[tokio::test]
-async fn precompiled_artifacts_are_reused_only_when_this_process_wrote_them() -> anyhow::Result<()>
+async fn precompiled_artifacts_are_reused_only_when_this_operator_wrote_them() -> anyhow::Result<()>
 {
     let plugins = plugin_dir(&[("p.wasm", "trivial")])?;
     let cache = tempfile::tempdir()?;
@@ -305,7 +305,10 @@ async fn precompiled_artifacts_are_reused_only_when_this_process_wrote_them() ->
     );
     let artifacts: Vec<PathBuf> = std::fs::read_dir(cache.path())?
         .map(|e| e.map(|e| e.path()))
-        .collect::<Result<_, _>>()?;
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "cwasm"))
+        .collect();
     let [artifact] = artifacts.as_slice() else {
         anyhow::bail!("expected one artifact, found {artifacts:?}");
     };
@@ -323,7 +326,7 @@ async fn precompiled_artifacts_are_reused_only_when_this_process_wrote_them() ->
         }
     );
 
-    // The same bytes planted where this process never wrote them are not trusted.
+    // The same bytes planted in another cache directory (another key) are not trusted.
     let foreign = tempfile::tempdir()?;
     let planted = foreign
         .path()
@@ -340,7 +343,7 @@ async fn precompiled_artifacts_are_reused_only_when_this_process_wrote_them() ->
         }
     );
 
-    // An artifact changed after we wrote it is not trusted either (and is rewritten).
+    // An artifact changed after it was written is not trusted either (and is rewritten).
     let mut bytes = std::fs::read(artifact)?;
     if let Some(b) = bytes.last_mut() {
         *b ^= 0xff;

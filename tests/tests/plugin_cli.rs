@@ -93,8 +93,7 @@ async fn call_runs_create_get_and_delete() -> anyhow::Result<()> {
     let (result, json) = vmop_plugin(&["call", &file, "get", "--id", "other"]).await;
     result?;
     assert_eq!(json["ok"], Value::Null);
-    let (result, json) =
-        vmop_plugin(&["call", &file, "delete", "--id", "vm-u-1", "--secret", "k=v"]).await;
+    let (result, json) = vmop_plugin(&["call", &file, "delete", "--id", "vm-u-1"]).await;
     result?;
     assert_eq!(json["ok"]["deleted"], "vm-u-1");
     Ok(())

@@ -49,11 +49,25 @@ pub struct ProviderConfigSpec {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub config: BTreeMap<String, String>,
 
-    /// The Secret whose keys are handed to every plugin call as credentials. It must live in the
-    /// operator's own namespace, the only namespace where the operator may read Secrets. Its
-    /// values are never logged nor copied into status or events.
+    /// The Secret holding this cloud account's credentials. It must live in the operator's own
+    /// namespace, the only namespace where the operator may read Secrets. Its values are never
+    /// logged nor copied into status or events, and are redacted from everything the plugin
+    /// says. How it is used is `credentials`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials_secret_ref: Option<SecretRef>,
+
+    /// How the credentials Secret is used. `aws-sigv4` (default), `bearer` and `header`: the
+    /// operator authenticates every allowed request itself and the plugin never receives a
+    /// secret value. `aws-sigv4` signs with the keys `access_key_id`, `secret_access_key` and
+    /// optional `session_token`, for the service and region the plugin names per request or the
+    /// endpoint's (`<service>.<region>.amazonaws.com`), else for settings `region` and
+    /// `signingService` (default `ec2`); `bearer` sends `Authorization: Bearer <token>` from key
+    /// `token`; `header` sends key `token` in the header named by setting `credentialsHeader`.
+    /// Headers the plugin sets under those names are replaced. `passthrough` hands every key
+    /// to the plugin instead (contract 0.1 behaviour): an explicit opt-in, reported in status
+    /// and by an Event.
+    #[serde(default)]
+    pub credentials: CredentialsMode,
 
     /// Outbound HTTP destinations the plugin may call: `scheme://host:port` (e.g.
     /// `https://ec2.eu-west-1.amazonaws.com:443`) or a host wildcard `*.amazonaws.com`. Empty
@@ -62,9 +76,51 @@ pub struct ProviderConfigSpec {
     #[schemars(length(max = 64), inner(length(min = 1, max = 512)))]
     pub allowed_hosts: Vec<String>,
 
+    /// Let allowed names resolve to loopback, link-local (cloud metadata), private and other
+    /// non-public addresses. Off by default: an allowed name answering 127.0.0.1 or
+    /// 169.254.169.254 is refused, unless `allowedHosts` names that address literally. For
+    /// test clouds on loopback or a private network.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_private_networks: bool,
+
     /// Bounds on every plugin call made for this ProviderConfig.
     #[serde(default)]
     pub limits: Limits,
+}
+
+/// How the credentials Secret is used (see `spec.credentials`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum CredentialsMode {
+    /// The operator signs each allowed request with AWS Signature Version 4.
+    #[default]
+    #[serde(rename = "aws-sigv4")]
+    AwsSigV4,
+    /// The operator adds `Authorization: Bearer <token>`.
+    #[serde(rename = "bearer")]
+    Bearer,
+    /// The operator adds the header named by setting `credentialsHeader`.
+    #[serde(rename = "header")]
+    Header,
+    /// Every key is handed to the plugin as secret config.
+    #[serde(rename = "passthrough")]
+    Passthrough,
+}
+
+impl CredentialsMode {
+    /// The spelling in `spec.credentials`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CredentialsMode::AwsSigV4 => "aws-sigv4",
+            CredentialsMode::Bearer => "bearer",
+            CredentialsMode::Header => "header",
+            CredentialsMode::Passthrough => "passthrough",
+        }
+    }
+
+    /// Whether the plugin receives the secret values.
+    pub fn is_passthrough(self) -> bool {
+        self == CredentialsMode::Passthrough
+    }
 }
 
 /// Where the plugin comes from.
@@ -184,6 +240,11 @@ pub struct ProviderConfigStatus {
     /// The `metadata.generation` this status was computed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+
+    /// How the credentials Secret is used, as last resolved; `passthrough` means the plugin
+    /// holds the secret values.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<CredentialsMode>,
 
     /// Number of VirtualMachines referencing this ProviderConfig.
     #[serde(default)]

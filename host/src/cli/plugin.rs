@@ -1,6 +1,10 @@
 //! `vmop plugin`: inspect or call a provider plugin in the production sandbox, without a
 //! cluster. This is how a provider author tries a plugin: the same registry (digest, pin,
-//! WIT check), the same Store limits, egress allowlist and error mapping as the operator.
+//! WIT check), the same Store limits, egress policy, credentials handling (host-side signing
+//! or passthrough), redaction and error mapping as the operator.
+//!
+//! Credentials are read from `--secrets-file` (a YAML or JSON map; `-` reads standard input),
+//! never from the command line, where every user of the machine could read them in `ps`.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -10,6 +14,10 @@ use std::time::Duration;
 use anyhow::Context as _;
 use serde_json::{Value, json};
 
+use crate::api::{
+    CredentialsMode, Limits, PluginSource, ProviderConfig, ProviderConfigSpec, SecretRef,
+};
+use crate::controller::provider::apply_credentials;
 use crate::plugin::{
     CallContext, CallError, CallLimits, EgressPolicy, EngineConfig, Phase, Plugin, PluginEngine,
     PluginRegistry, ProviderSettings, RegistryConfig, VmSpec, VmStatus,
@@ -45,12 +53,20 @@ pub struct CallArgs {
     /// A `spec.config` entry handed to the plugin (repeatable).
     #[arg(long = "config", value_name = "KEY=VALUE", value_parser = parse_key_value)]
     config: Vec<(String, String)>,
-    /// A credentials entry handed to the plugin as secret config (repeatable; never printed).
-    #[arg(long = "secret", value_name = "KEY=VALUE", value_parser = parse_key_value)]
-    secret: Vec<(String, String)>,
+    /// The credentials Secret's keys: a YAML or JSON map of strings in file F, or `-` for
+    /// standard input. Never printed; redacted from everything the plugin says.
+    #[arg(long = "secrets-file", value_name = "F")]
+    secrets_file: Option<PathBuf>,
+    /// How the credentials are used, as `spec.credentials`: `aws-sigv4` (the host signs),
+    /// `bearer`, `header`, or `passthrough` (the plugin receives them).
+    #[arg(long, value_enum, default_value = "aws-sigv4")]
+    credentials: CredentialsArg,
     /// An `allowedHosts` entry (`scheme://host:port`, `*.suffix`; repeatable). None: no network.
     #[arg(long = "allow-host", value_name = "HOST")]
     allow_host: Vec<String>,
+    /// Let allowed names resolve to loopback and private addresses (`allowPrivateNetworks`).
+    #[arg(long)]
+    allow_private_networks: bool,
     /// The VM for `create`: a YAML or JSON file with name, namespace, uid, image, cpu,
     /// memoryMib, userData, labels.
     #[arg(long, required_if_eq("op", "create"))]
@@ -67,6 +83,27 @@ pub struct CallArgs {
     /// Refuse the file unless its sha256 is this.
     #[arg(long)]
     pin: Option<String>,
+}
+
+/// `spec.credentials` on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CredentialsArg {
+    #[value(name = "aws-sigv4")]
+    AwsSigV4,
+    Bearer,
+    Header,
+    Passthrough,
+}
+
+impl From<CredentialsArg> for CredentialsMode {
+    fn from(c: CredentialsArg) -> Self {
+        match c {
+            CredentialsArg::AwsSigV4 => CredentialsMode::AwsSigV4,
+            CredentialsArg::Bearer => CredentialsMode::Bearer,
+            CredentialsArg::Header => CredentialsMode::Header,
+            CredentialsArg::Passthrough => CredentialsMode::Passthrough,
+        }
+    }
 }
 
 pub async fn run(cmd: PluginCommand) -> anyhow::Result<()> {
@@ -95,12 +132,37 @@ async fn call(args: CallArgs, out: &mut (dyn Write + Send)) -> anyhow::Result<()
         memory_bytes: args.memory,
         ..CallLimits::default()
     };
-    let ctx = CallContext {
-        settings: ProviderSettings {
-            settings: args.config.into_iter().collect(),
-            secrets: args.secret.into_iter().collect(),
+    let settings: BTreeMap<String, String> = args.config.into_iter().collect();
+    let secret = match &args.secrets_file {
+        Some(path) => read_secrets(path)?,
+        None => BTreeMap::new(),
+    };
+    // The operator's own credentials step, on a ProviderConfig built from the flags.
+    let config = ProviderConfig::new(
+        "vmop-plugin-call",
+        ProviderConfigSpec {
+            plugin: PluginSource {
+                path: args.file.display().to_string(),
+                sha256: None,
+            },
+            config: settings.clone(),
+            credentials_secret_ref: args.secrets_file.as_ref().map(|_| SecretRef {
+                namespace: String::new(),
+                name: "--secrets-file".to_owned(),
+            }),
+            credentials: args.credentials.into(),
+            allowed_hosts: args.allow_host.clone(),
+            allow_private_networks: args.allow_private_networks,
+            limits: Limits::default(),
         },
-        egress: EgressPolicy::parse(&args.allow_host)?,
+    );
+    let egress =
+        EgressPolicy::parse(&args.allow_host)?.allow_private_networks(args.allow_private_networks);
+    let (secrets, egress) = apply_credentials(&config, secret, egress)?;
+    let redactor = egress.redactor().clone();
+    let ctx = CallContext {
+        settings: ProviderSettings { settings, secrets },
+        egress,
         limits,
         label: "vmop-plugin-call".to_string(),
     };
@@ -113,18 +175,22 @@ async fn call(args: CallArgs, out: &mut (dyn Write + Send)) -> anyhow::Result<()
                 .as_deref()
                 .context("--spec is required for create")?;
             let spec = read_spec(path)?;
-            plugin.create(&ctx, &spec).await.map(|s| status_json(&s))
+            plugin
+                .create(&ctx, &spec)
+                .await
+                .map(|s| status_json(&redactor.status(s)))
         }
-        CallOp::Get => plugin
-            .get(&ctx, &id())
-            .await
-            .map(|s| s.as_ref().map_or(Value::Null, status_json)),
+        CallOp::Get => plugin.get(&ctx, &id()).await.map(|s| {
+            s.map(|s| redactor.status(s))
+                .as_ref()
+                .map_or(Value::Null, status_json)
+        }),
         CallOp::Delete => plugin
             .delete(&ctx, &id())
             .await
             .map(|()| json!({ "deleted": id() })),
     };
-    match result {
+    match result.map_err(|e| redactor.call_error(e)) {
         Ok(value) => write_json(out, &json!({ "ok": value })),
         Err(e) => {
             write_json(
@@ -232,6 +298,31 @@ fn read_spec(path: &Path) -> anyhow::Result<VmSpec> {
     })
 }
 
+/// The credentials in `path` (`-`: standard input): a YAML or JSON map of strings. Errors name
+/// the file, never a value.
+fn read_secrets(path: &Path) -> anyhow::Result<BTreeMap<String, String>> {
+    let text = if path == Path::new("-") {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin().lock(), &mut text)
+            .context("failed to read the secrets from standard input")?;
+        text
+    } else {
+        std::fs::read_to_string(path)
+            .with_context(|| format!("failed to read secrets file {}", path.display()))?
+    };
+    // A parse error of serde quotes the offending text: report only where it is.
+    serde_norway::from_str::<BTreeMap<String, String>>(&text).map_err(|e| {
+        let at = e
+            .location()
+            .map(|l| format!(" at line {}", l.line()))
+            .unwrap_or_default();
+        anyhow::anyhow!(
+            "secrets file {} is not a map of strings{at}",
+            path.display()
+        )
+    })
+}
+
 fn write_json(out: &mut (dyn Write + Send), value: &Value) -> anyhow::Result<()> {
     serde_json::to_writer_pretty(&mut *out, value)?;
     writeln!(out)?;
@@ -292,6 +383,25 @@ mod tests {
         assert_eq!(parse_bytes("1000"), Ok(1000));
         assert!(parse_bytes("1Ti").is_err());
         assert_eq!(parse_key_value("a=b=c"), Ok(("a".into(), "b=c".into())));
+    }
+
+    #[test]
+    fn secrets_come_from_a_file_and_errors_do_not_echo_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("secrets.yaml");
+        std::fs::write(
+            &path,
+            "access_key_id: AKID\nsecret_access_key: \"s3cr3t\"\n",
+        )
+        .unwrap();
+        let secrets = read_secrets(&path).unwrap();
+        assert_eq!(
+            secrets.get("secret_access_key").map(String::as_str),
+            Some("s3cr3t")
+        );
+        std::fs::write(&path, "- s3cr3t-in-a-list\n").unwrap();
+        let err = format!("{:#}", read_secrets(&path).unwrap_err());
+        assert!(!err.contains("s3cr3t"), "{err}");
         assert!(parse_key_value("=x").is_err());
     }
 }

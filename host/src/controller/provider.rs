@@ -1,6 +1,13 @@
 //! Turning a ProviderConfig into something that can make calls: its plugin (through the
 //! registry), its credentials (from the Secret cache of the operator's namespace), its egress
 //! policy and its limiter.
+//!
+//! # Credentials
+//!
+//! Under `spec.credentials` `aws-sigv4`, `bearer` or `header` the Secret's values go into the
+//! egress policy's [`RequestSigner`] and the plugin's `config.secrets` is empty
+//! (`provider::tests::signing_modes_hand_the_plugin_no_secret`); under `passthrough` they are the
+//! plugin's `config.secrets`. Either way every value is in the policy's redactor.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -12,10 +19,10 @@ use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use super::limiter::{Limiter, Limiters, Permit};
-use crate::api::ProviderConfig;
+use crate::api::{CredentialsMode, ProviderConfig};
 use crate::plugin::{
     CallContext, CallLimits, EgressParseError, EgressPolicy, LoadError, Plugin, PluginRegistry,
-    ProviderSettings,
+    ProviderSettings, Redactor, RequestSigner, SignerError, SigningMode,
 };
 
 /// Why a ProviderConfig cannot be used. Each variant has a condition reason.
@@ -41,6 +48,12 @@ pub enum ResolveError {
     },
     #[error("spec.allowedHosts is invalid")]
     AllowedHosts(#[source] EgressParseError),
+    #[error("the credentials Secret cannot be used for spec.credentials {mode}")]
+    Credentials {
+        mode: &'static str,
+        #[source]
+        source: SignerError,
+    },
     #[error("failed to load plugin {path}")]
     Plugin {
         path: String,
@@ -58,6 +71,7 @@ impl ResolveError {
             ResolveError::SecretNotFound { .. } => "SecretNotFound",
             ResolveError::SecretNotUtf8 { .. } => "InvalidSecret",
             ResolveError::AllowedHosts(_) => "InvalidAllowedHosts",
+            ResolveError::Credentials { .. } => "InvalidCredentials",
             ResolveError::Plugin {
                 source: LoadError::DigestMismatch { .. },
                 ..
@@ -84,10 +98,18 @@ pub struct Provider {
     pub identity: u64,
     /// `spec.limits.creationGracePeriodSeconds`.
     pub grace: Duration,
+    /// `spec.credentials` as resolved.
+    pub credentials: CredentialsMode,
     limiter: Arc<Limiter>,
 }
 
 impl Provider {
+    /// Whether the plugin holds the Secret's values (`spec.credentials: passthrough`): for the
+    /// ProviderConfig's status and its Event.
+    pub fn is_passthrough(&self) -> bool {
+        self.credentials.is_passthrough()
+    }
+
     /// A permit for one call by `caller` (hold it for the duration of the call), or how long
     /// to wait before asking again. Never waits.
     pub fn try_permit(&self, caller: &str) -> Result<Permit, Duration> {
@@ -124,15 +146,18 @@ impl Resolver {
     /// changed), limiter.
     pub async fn resolve(&self, config: &ProviderConfig) -> Result<Provider, ResolveError> {
         let spec = &config.spec;
-        let secrets = credentials(&self.secrets, &self.operator_namespace, config)?;
+        let secret = credentials(&self.secrets, &self.operator_namespace, config)?;
         let credentials_hash = {
             use std::hash::{Hash, Hasher};
             let mut h = std::hash::DefaultHasher::new();
-            secrets.hash(&mut h);
+            secret.hash(&mut h);
+            spec.credentials.as_str().hash(&mut h);
             h.finish()
         };
-        let egress =
-            EgressPolicy::parse(&spec.allowed_hosts).map_err(ResolveError::AllowedHosts)?;
+        let egress = EgressPolicy::parse(&spec.allowed_hosts)
+            .map_err(ResolveError::AllowedHosts)?
+            .allow_private_networks(spec.allow_private_networks);
+        let (secrets, egress) = apply_credentials(config, secret, egress)?;
         let plugin = self
             .registry
             .load(
@@ -176,8 +201,36 @@ impl Resolver {
             name,
             plugin,
             call,
+            credentials: spec.credentials,
         })
     }
+}
+
+/// The plugin's `config.secrets` and `egress` completed with `config`'s credentials mode:
+/// the signer (signing modes, when a Secret is named) and the redactor of every value.
+pub fn apply_credentials(
+    config: &ProviderConfig,
+    secret: BTreeMap<String, String>,
+    egress: EgressPolicy,
+) -> Result<(BTreeMap<String, String>, EgressPolicy), ResolveError> {
+    let spec = &config.spec;
+    let egress = egress.with_redactor(Redactor::new(secret.values().cloned()));
+    let mode = match spec.credentials {
+        CredentialsMode::Passthrough => return Ok((secret, egress)),
+        CredentialsMode::AwsSigV4 => SigningMode::AwsSigV4,
+        CredentialsMode::Bearer => SigningMode::Bearer,
+        CredentialsMode::Header => SigningMode::Header,
+    };
+    if spec.credentials_secret_ref.is_none() {
+        return Ok((BTreeMap::new(), egress));
+    }
+    let signer = RequestSigner::new(mode, &spec.config, &secret).map_err(|source| {
+        ResolveError::Credentials {
+            mode: spec.credentials.as_str(),
+            source,
+        }
+    })?;
+    Ok((BTreeMap::new(), egress.with_signer(signer)))
 }
 
 /// Every key of `config`'s credentials Secret, read from `secrets` (the cache of the operator
@@ -237,7 +290,9 @@ mod tests {
                     namespace: namespace.into(),
                     name: name.into(),
                 }),
+                credentials: CredentialsMode::Passthrough,
                 allowed_hosts: Vec::new(),
+                allow_private_networks: false,
                 limits: Limits::default(),
             },
         )
@@ -282,6 +337,38 @@ mod tests {
                 .unwrap()
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn signing_modes_hand_the_plugin_no_secret() {
+        let secret: BTreeMap<String, String> = [
+            ("access_key_id".to_owned(), "AKIDSIGNING".to_owned()),
+            (
+                "secret_access_key".to_owned(),
+                "s3cret-signing-key".to_owned(),
+            ),
+        ]
+        .into();
+        let mut pc = config(Some(("ops", "aws")));
+        pc.spec.config.insert("region".into(), "us-east-1".into());
+        pc.spec.credentials = CredentialsMode::AwsSigV4;
+        let (plugin_secrets, egress) =
+            apply_credentials(&pc, secret.clone(), EgressPolicy::deny_all()).unwrap();
+        assert!(plugin_secrets.is_empty());
+        assert!(egress.signs());
+        assert_eq!(egress.redactor().text("s3cret-signing-key"), "[redacted]");
+
+        pc.spec.credentials = CredentialsMode::Passthrough;
+        let (plugin_secrets, egress) =
+            apply_credentials(&pc, secret.clone(), EgressPolicy::deny_all()).unwrap();
+        assert_eq!(plugin_secrets, secret);
+        assert!(!egress.signs());
+        assert_eq!(egress.redactor().text("AKIDSIGNING"), "[redacted]");
+
+        pc.spec.credentials = CredentialsMode::Bearer;
+        let err = apply_credentials(&pc, secret, EgressPolicy::deny_all()).unwrap_err();
+        assert_eq!(err.reason(), "InvalidCredentials");
+        assert!(!format!("{err:#?}").contains("s3cret"), "{err:#?}");
     }
 
     #[test]

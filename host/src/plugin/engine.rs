@@ -9,6 +9,23 @@
 //! [`EngineConfig::max_instances`] instances exist at once: callers wait for a slot instead of
 //! failing on pool exhaustion.
 //!
+//! # Pool sizing
+//!
+//! The pool's totals are `max_instances` × the per-component maxima (16 core instances, 4
+//! memories, 16 tables), so `max_instances` calls of any component the engine accepts fit at
+//! once: a Python component of 14 core instances no longer exhausts the pool at 36 calls
+//! (`engine::tests::the_pool_fits_max_instances_of_the_largest_component`). The cost is
+//! virtual address space only.
+//!
+//! # Memory budget
+//!
+//! One instance holds at most [`EngineConfig::max_memory_bytes`] of linear memory (the sum of
+//! its memories, see `state.rs`) plus [`HOST_BYTES_PER_INSTANCE`] on the host side (a signed
+//! request body, stacks, tables, resources); the process needs [`PROCESS_HEADROOM_BYTES`]
+//! besides (runtime, caches, one compilation). [`EngineConfig::memory_budget`] is the sum, and
+//! the Deployment's memory limit must be at least that for its `--max-plugin-instances`
+//! (checked by tests/tests/memory_budget.rs against deploy/ and the chart; see deploy/README.md).
+//!
 //! # Epochs
 //!
 //! A dedicated OS thread increments the epoch every [`EngineConfig::epoch_tick`]. A thread
@@ -44,11 +61,30 @@ pub struct EngineConfig {
     pub pooling: bool,
 }
 
+/// Host-side memory one instance may hold outside its linear memories: a request body buffered
+/// for signing (8 MiB), fiber stacks, tables and resource-table entries, with margin.
+pub const HOST_BYTES_PER_INSTANCE: u64 = 16 << 20;
+/// Memory the operator needs besides plugin instances: its runtime and object caches (about
+/// 60 MiB) and one compilation at a time (about 400 MiB for a Python or JavaScript plugin).
+pub const PROCESS_HEADROOM_BYTES: u64 = 512 << 20;
+
+impl EngineConfig {
+    /// The most memory the process can need with this configuration (see the module docs).
+    pub fn memory_budget(&self) -> u64 {
+        let per_instance = u64::try_from(self.max_memory_bytes)
+            .unwrap_or(u64::MAX)
+            .saturating_add(HOST_BYTES_PER_INSTANCE);
+        u64::from(self.max_instances)
+            .saturating_mul(per_instance)
+            .saturating_add(PROCESS_HEADROOM_BYTES)
+    }
+}
+
 impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
             max_instances: 64,
-            max_memory_bytes: 512 << 20,
+            max_memory_bytes: 128 << 20,
             epoch_tick: Duration::from_millis(10),
             pooling: true,
         }
@@ -139,6 +175,29 @@ fn on_demand_engine() -> Result<Engine, EngineError> {
     Engine::new(&wasmtime_config(None)).map_err(|e| EngineError::Create(e.into()))
 }
 
+const MAX_CORE_INSTANCES_PER_COMPONENT: u32 = 16;
+const MAX_MEMORIES_PER_COMPONENT: u32 = 4;
+const MAX_TABLES_PER_COMPONENT: u32 = 16;
+
+/// What the pool holds in total for `n` instances.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PoolTotals {
+    core_instances: u32,
+    memories: u32,
+    tables: u32,
+}
+
+impl PoolTotals {
+    /// `n` × each per-component maximum: `n` instances of the largest accepted component fit.
+    fn for_instances(n: u32) -> Self {
+        PoolTotals {
+            core_instances: n.saturating_mul(MAX_CORE_INSTANCES_PER_COMPONENT),
+            memories: n.saturating_mul(MAX_MEMORIES_PER_COMPONENT),
+            tables: n.saturating_mul(MAX_TABLES_PER_COMPONENT),
+        }
+    }
+}
+
 /// Covers a Rust guest's stack (the first MiB of its memory), data and a small heap.
 const KEEP_RESIDENT_BYTES: usize = 2 << 20;
 const KEEP_RESIDENT_TABLE_BYTES: usize = 64 << 10;
@@ -151,15 +210,17 @@ fn wasmtime_config(pooling: Option<&EngineConfig>) -> Config {
         let n = c.max_instances.max(1);
         let mut pool = PoolingAllocationConfig::new();
         // A Rust wasip2 component is a few core instances (the program plus shims), one memory
-        // and a few tables; the per-component maxima leave room for bigger toolchains.
+        // and a few tables; the per-component maxima leave room for bigger toolchains, and the
+        // totals are n times those maxima so that n instances of any accepted component fit.
+        let totals = PoolTotals::for_instances(n);
         pool.total_component_instances(n)
-            .total_core_instances(n.saturating_mul(8))
-            .total_memories(n.saturating_mul(2))
-            .total_tables(n.saturating_mul(8))
+            .total_core_instances(totals.core_instances)
+            .total_memories(totals.memories)
+            .total_tables(totals.tables)
             .total_stacks(n)
-            .max_core_instances_per_component(16)
-            .max_memories_per_component(4)
-            .max_tables_per_component(16)
+            .max_core_instances_per_component(MAX_CORE_INSTANCES_PER_COMPONENT)
+            .max_memories_per_component(MAX_MEMORIES_PER_COMPONENT)
+            .max_tables_per_component(MAX_TABLES_PER_COMPONENT)
             .max_memory_size(c.max_memory_bytes);
         if PoolingAllocationConfig::is_pagemap_scan_available() {
             // Reset only the pages a call dirtied, by copying, and keep them resident: the next
@@ -215,5 +276,35 @@ impl Drop for EpochTicker {
             // The thread only sleeps and increments; it cannot panic in a way worth reporting.
             let _ = thread.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pool_fits_max_instances_of_the_largest_component() {
+        // Checked on the numbers wasmtime is given (the pool cannot be read back): 64 calls of
+        // a 14-core-instance Python component need 896 core instances, QuickJS's 2 memories
+        // 128 memories.
+        assert_eq!(
+            PoolTotals::for_instances(64),
+            PoolTotals {
+                core_instances: 1024,
+                memories: 256,
+                tables: 1024,
+            }
+        );
+    }
+
+    #[test]
+    fn memory_budget_counts_every_instance_and_the_headroom() {
+        let config = EngineConfig {
+            max_instances: 16,
+            max_memory_bytes: 128 << 20,
+            ..EngineConfig::default()
+        };
+        assert_eq!(config.memory_budget(), (16 * (128 + 16) + 512) << 20);
     }
 }

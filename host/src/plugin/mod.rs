@@ -5,8 +5,10 @@
 //! - [`registry`]: loading from the plugin directory (pin, cache, reload).
 //! - [`Plugin`]: one compiled component; `create`/`get`/`delete` through the sandbox.
 //! - [`sandbox`]: per-call limits and the typed [`CallError`].
-//! - [`egress`]: the outbound HTTP allowlist.
-//! - [`cache`]: precompiled artifacts on disk.
+//! - [`egress`]: outbound HTTP: allowlist, resolved-address checks, the send hook.
+//! - [`signing`]: host-side request signing (the plugin never holds the credential).
+//! - [`redact`]: Secret values replaced in everything a plugin says.
+//! - [`cache`]: authenticated precompiled artifacts on disk.
 
 mod bindings;
 pub mod bounds;
@@ -17,15 +19,21 @@ pub mod egress;
 pub mod engine;
 mod files;
 mod output;
+pub mod redact;
 pub mod registry;
 pub mod sandbox;
+pub mod signing;
 mod state;
 pub mod types;
 
 pub use bindings::WIT_VERSION;
 pub use component::Plugin;
-pub use egress::{EgressParseError, EgressPolicy};
+pub use egress::{EgressParseError, EgressPolicy, Resolve, StaticResolver};
 pub use engine::{EngineConfig, EngineError, PluginEngine};
-pub use registry::{LoadError, PluginEvent, PluginRegistry, RegistryConfig, RegistryStats};
+pub use redact::Redactor;
+pub use registry::{
+    DEFAULT_MAX_PLUGIN_BYTES, LoadError, PluginEvent, PluginRegistry, RegistryConfig, RegistryStats,
+};
 pub use sandbox::{CallContext, CallError, CallLimits};
+pub use signing::{RequestSigner, SignerError, SigningMode};
 pub use types::*;

@@ -4,6 +4,11 @@
 //! counted and dropped. Writes never fail, so a chatty plugin is neither killed (Rust's `println!`
 //! panics when stdout fails) nor able to grow the host's memory. After the call the sandbox logs
 //! what was captured with the plugin's name.
+//!
+//! With a [`Redactor`] (set by the call's state), [`CapturedOutput::take`] returns the text with
+//! every Secret value replaced. The buffer keeps the longest value's length beyond the cap, and
+//! cuts at the cap only after redacting, so a value written across the cap is not kept in part
+//! (`output::tests::a_secret_across_the_cap_is_not_kept_in_part`).
 
 use std::io;
 use std::pin::Pin;
@@ -14,6 +19,8 @@ use bytes::Bytes;
 use tokio::io::AsyncWrite;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
+
+use super::redact::Redactor;
 
 /// One captured stream. Cloning shares the buffer (the WASI context keeps one clone, the sandbox
 /// another to read it after the call).
@@ -27,6 +34,7 @@ struct Buffer {
     bytes: Vec<u8>,
     cap: usize,
     dropped: u64,
+    redactor: Redactor,
 }
 
 impl CapturedOutput {
@@ -36,6 +44,7 @@ impl CapturedOutput {
                 bytes: Vec::new(),
                 cap,
                 dropped: 0,
+                redactor: Redactor::default(),
             })),
         }
     }
@@ -46,9 +55,17 @@ impl CapturedOutput {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Replaces Secret values in what [`CapturedOutput::take`] returns (every clone shares it).
+    pub fn set_redactor(&self, redactor: Redactor) {
+        self.lock().redactor = redactor;
+    }
+
     fn append(&self, data: &[u8]) {
         let mut buf = self.lock();
-        let room = buf.cap.saturating_sub(buf.bytes.len());
+        let room = buf
+            .cap
+            .saturating_add(buf.redactor.max_len())
+            .saturating_sub(buf.bytes.len());
         let (kept, dropped) = data.split_at(room.min(data.len()));
         buf.bytes.extend_from_slice(kept);
         buf.dropped = buf
@@ -56,12 +73,18 @@ impl CapturedOutput {
             .saturating_add(u64::try_from(dropped.len()).unwrap_or(u64::MAX));
     }
 
-    /// What was captured (lossily decoded) and how many bytes were dropped past the cap.
+    /// What was captured (lossily decoded, redacted, at most the cap) and how many bytes were
+    /// dropped past the cap.
     pub fn take(&self) -> (String, u64) {
         let mut buf = self.lock();
-        let text = String::from_utf8_lossy(&buf.bytes).into_owned();
+        let raw = String::from_utf8_lossy(&buf.bytes).into_owned();
+        let text = buf.redactor.string(raw);
+        let kept = super::state::truncate(&text, buf.cap);
+        let cut = u64::try_from(text.len().saturating_sub(kept.len())).unwrap_or(u64::MAX);
+        let kept = kept.to_owned();
         buf.bytes.clear();
-        (text, std::mem::take(&mut buf.dropped))
+        let dropped = std::mem::take(&mut buf.dropped).saturating_add(cut);
+        (kept, dropped)
     }
 }
 
@@ -137,5 +160,18 @@ mod tests {
         assert_eq!(text, "hello wo");
         assert_eq!(dropped, 3);
         assert_eq!(out.take(), (String::new(), 0));
+    }
+
+    #[test]
+    fn a_secret_across_the_cap_is_not_kept_in_part() {
+        let out = CapturedOutput::new(8);
+        out.set_redactor(Redactor::new(["SECRETVALUE"]));
+        out.append(b"hello SECRETVALUE tail");
+        let (text, dropped) = out.take();
+        assert!(!text.contains("SECR"), "{text:?}");
+        assert_eq!(text, "hello [r");
+        assert!(dropped > 0);
+        out.append(b"SECRETVALUE");
+        assert_eq!(out.take().0, "[redacte");
     }
 }

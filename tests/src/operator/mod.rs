@@ -21,8 +21,8 @@ use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use kube::{Client, Resource, ResourceExt};
 use vmop::api::{
-    DeletionPolicy, Limits, PluginSource, ProviderConfig, ProviderConfigRef, ProviderConfigSpec,
-    SecretRef, VirtualMachine, VirtualMachineSpec,
+    CredentialsMode, DeletionPolicy, Limits, PluginSource, ProviderConfig, ProviderConfigRef,
+    ProviderConfigSpec, SecretRef, VirtualMachine, VirtualMachineSpec,
 };
 
 pub use process::{Operator, OperatorArgs, ProviderCall};
@@ -166,7 +166,11 @@ impl Env {
                     namespace: self.namespace.clone(),
                     name: secret.to_owned(),
                 }),
+                // The host signs; the ec2 plugin holds no key.
+                credentials: CredentialsMode::AwsSigV4,
+                // moto's loopback address is named literally, which permits it.
                 allowed_hosts: vec![self.moto.endpoint()],
+                allow_private_networks: false,
                 // moto has no read-after-write lag: a short grace keeps deletions quick.
                 limits: Limits {
                     creation_grace_period_seconds: TEST_GRACE_SECONDS,

@@ -1,6 +1,16 @@
-//! [`EgressHooks`]: the `wasi:http` send hook of one call. It refuses requests the
-//! [`EgressPolicy`] does not allow, clamps every timeout to what is left of the call, and
-//! bounds the response body.
+//! [`EgressHooks`]: the `wasi:http` send hook of one call. In order, for every request:
+//!
+//! 1. the [`EgressPolicy`] allowlist (user info in the URI is refused outright);
+//! 2. resolution and the address check ([`EgressPolicy`] docs);
+//! 3. with a [`RequestSigner`](crate::plugin::signing::RequestSigner): the guest's own
+//!    credential headers are removed and the host's are added (SigV4 over the whole body, at
+//!    most [`MAX_SIGNED_BODY_BYTES`]);
+//! 4. the request is sent to a checked address ([`super::connect`]) with every timeout clamped
+//!    to what is left of the call, and the response body is bounded.
+//!
+//! A refused request fails with `HttpRequestDenied` (the guest sees it when it reads the
+//! response) and one warning naming scheme, host, port and the reason — never the path, query or
+//! user info, which may carry credentials.
 
 use std::fmt;
 use std::pin::Pin;
@@ -9,14 +19,19 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use http_body_util::BodyExt;
+use http_body_util::{BodyExt, Full, Limited};
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
 
 use super::EgressPolicy;
+use super::connect::{self, IoFuture};
+use super::policy::Denial;
 
-/// The `wasi:http` hooks of one call: the allowlist, the call's deadline and a response size
-/// bound. Denied requests fail with `HttpRequestDenied`, which the guest sees when it reads the
-/// response.
+/// The largest request body the host buffers to sign (SigV4 hashes the body). Cloud control
+/// APIs send kilobytes; a larger body is refused with `HttpRequestBodySize`.
+pub const MAX_SIGNED_BODY_BYTES: usize = 8 << 20;
+
+/// The `wasi:http` hooks of one call: the policy, the call's deadline and a response size
+/// bound.
 pub(crate) struct EgressHooks {
     pub policy: EgressPolicy,
     pub deadline: Instant,
@@ -34,8 +49,6 @@ impl fmt::Debug for EgressHooks {
     }
 }
 
-type IoFuture = Box<dyn Future<Output = Result<(), HttpError>> + Send>;
-
 impl WasiHttpHooks for EgressHooks {
     fn send_request(
         &mut self,
@@ -44,28 +57,86 @@ impl WasiHttpHooks for EgressHooks {
         _fut: IoFuture,
     ) -> Box<dyn Future<Output = Result<(http::Response<WasiBody>, IoFuture), HttpError>> + Send>
     {
-        let uri = request.uri();
-        if !self.policy.allows(uri) {
-            // Only scheme and authority: paths and queries may carry credentials.
-            tracing::warn!(
-                provider = %self.label,
-                scheme = uri.scheme_str().unwrap_or(""),
-                authority = uri.authority().map(|a| a.as_str()).unwrap_or(""),
-                "plugin HTTP request denied: host not in allowedHosts"
-            );
-            return Box::new(async { Err(HttpError::HttpRequestDenied) });
-        }
+        let policy = self.policy.clone();
+        let label = self.label.clone();
         let remaining = self.deadline.saturating_duration_since(Instant::now());
         let options = clamp_options(options, remaining);
         let limit = self.max_response_bytes;
         Box::new(async move {
-            let (response, io) =
-                wasmtime_wasi_http::default_send_request(request, Some(options)).await?;
-            let response =
-                response.map(|body| BoundedBody::new(body.boxed_unsync(), limit).boxed_unsync());
-            Ok((response, Box::new(io) as IoFuture))
+            let uri = request.uri().clone();
+            let deny = |reason: &Denial| {
+                tracing::warn!(
+                    provider = %label,
+                    scheme = uri.scheme_str().unwrap_or(""),
+                    host = uri.host().unwrap_or(""),
+                    port = uri.port_u16(),
+                    reason = %reason,
+                    "plugin HTTP request denied"
+                );
+                HttpError::HttpRequestDenied
+            };
+            let target = policy.check(&uri).map_err(|d| deny(&d))?;
+            let addresses = policy.destinations(&target).await.map_err(|d| deny(&d))?;
+            let request = match policy.signer() {
+                None => request,
+                Some(signer) => {
+                    let (mut parts, body) = request.into_parts();
+                    let replaced = signer.strip(&mut parts.headers);
+                    if replaced > 0 {
+                        tracing::debug!(provider = %label, replaced, "plugin-set credential headers replaced by the host's");
+                    }
+                    let (bytes, body) = if signer.needs_body() {
+                        let bytes = collect_body(body, remaining).await?;
+                        (bytes.clone(), full(bytes))
+                    } else {
+                        (Bytes::new(), body)
+                    };
+                    signer.sign(&mut parts, &bytes).map_err(|e| {
+                        tracing::warn!(provider = %label, error = %crate::telemetry::events::chain(&e), "plugin HTTP request could not be signed");
+                        HttpError::InternalError(Some("the host could not sign the request".into()))
+                    })?;
+                    http::Request::from_parts(parts, body)
+                }
+            };
+            send_bounded(request, &target, &addresses, options, limit).await
         })
     }
+}
+
+/// Sends to a checked address and bounds the response body.
+async fn send_bounded(
+    request: http::Request<WasiBody>,
+    target: &super::allowlist::Target,
+    addresses: &[std::net::IpAddr],
+    options: RequestOptions,
+    limit: u64,
+) -> Result<(http::Response<WasiBody>, IoFuture), HttpError> {
+    let (response, io) = connect::send(request, target, addresses, options).await?;
+    let response = response.map(|body| BoundedBody::new(body, limit).boxed_unsync());
+    Ok((response, io))
+}
+
+/// The whole request body, at most [`MAX_SIGNED_BODY_BYTES`], within `remaining`.
+async fn collect_body(body: WasiBody, remaining: Duration) -> Result<Bytes, HttpError> {
+    let collected = tokio::time::timeout(
+        remaining,
+        Limited::new(body, MAX_SIGNED_BODY_BYTES).collect(),
+    )
+    .await
+    .map_err(|_| HttpError::ConnectionWriteTimeout)?;
+    match collected {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) => match e.downcast::<HttpError>() {
+            Ok(e) => Err(*e),
+            Err(_) => Err(HttpError::HttpRequestBodySize(None)),
+        },
+    }
+}
+
+fn full(bytes: Bytes) -> WasiBody {
+    Full::new(bytes)
+        .map_err(|never| match never {})
+        .boxed_unsync()
 }
 
 /// Every phase's timeout is at most what is left of the call (an unset one becomes exactly that).

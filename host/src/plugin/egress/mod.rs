@@ -1,13 +1,23 @@
-//! Outbound HTTP policy: the `allowedHosts` allowlist and the `wasi:http` send hook that
-//! enforces it.
+//! Outbound HTTP of plugins: which destinations, which addresses, how requests are signed, and
+//! the `wasi:http` send hook that does it all.
 //!
-//! - [`policy`]: [`EgressPolicy`], parsing and matching allowlist entries (syntax and caveats
-//!   there).
-//! - [`hooks`]: `EgressHooks`, the per-call hook that applies the policy, the call's deadline
+//! - [`policy`]: [`EgressPolicy`], one ProviderConfig's decisions (guarantees there).
+//! - [`allowlist`]: the `allowedHosts` syntax and matching.
+//! - [`address`]: which IP addresses are public, which host spellings are IP addresses.
+//! - [`resolve`]: the [`Resolve`] seam (system resolver; a static table for tests).
+//! - [`connect`]: sending a request to a checked address (TLS, HTTP/1.1).
+//! - [`hooks`]: `EgressHooks`, the per-call hook applying all of the above, the call's deadline
 //!   and the response size bound.
 
+mod address;
+mod allowlist;
+mod connect;
 mod hooks;
 mod policy;
+mod resolve;
 
+pub use allowlist::EgressParseError;
 pub(crate) use hooks::EgressHooks;
-pub use policy::{EgressParseError, EgressPolicy};
+pub use hooks::MAX_SIGNED_BODY_BYTES;
+pub use policy::EgressPolicy;
+pub use resolve::{Resolve, ResolveFuture, StaticResolver, SystemResolver};

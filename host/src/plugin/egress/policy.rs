@@ -1,80 +1,82 @@
-//! [`EgressPolicy`]: the `allowedHosts` allowlist, parsed once and matched against each
-//! outbound request's URI.
+//! [`EgressPolicy`]: everything the host decides about one ProviderConfig's outbound traffic —
+//! which URIs (the `allowedHosts` [`Allowlist`]), which resolved addresses, how requests are
+//! authenticated (the [`RequestSigner`]) — and the Secret values that must never come back out
+//! of the plugin (the [`Redactor`]). One value per ProviderConfig, handed to every call.
 //!
-//! # Allowlist entries
+//! # Guarantees
 //!
-//! An entry is `[scheme://]host[:port]`, where `host` is a DNS name, an IPv4 address, a
-//! bracketed IPv6 address, or `*.suffix`:
-//! - the scheme defaults to `https`, the port to the scheme's default (80 or 443), so
-//!   `*.amazonaws.com` allows exactly `https://<anything>.amazonaws.com:443`;
-//! - `*.suffix` matches any name that ends in `.suffix` (one or more labels), not `suffix`
-//!   itself; a `*` anywhere else, or alone, is an error;
-//! - names compare case-insensitively, a trailing dot is ignored;
-//! - paths, queries, user info and unknown schemes are errors: an entry that does not parse is
-//!   refused as a whole rather than guessed at.
-//!
-//! An empty list allows nothing (fail closed).
-//!
-//! # Caveats
-//!
-//! The check is on the request's host name, not on the address it resolves to: an allowed name
-//! that resolves to loopback or a link-local address is reached. The allowlist is the
-//! administrator's statement of trust in those names.
+//! - Fail closed: the default policy allows nothing, and an `allowedHosts` entry that does not
+//!   parse fails the whole list.
+//! - A request goes only to an address that is public (see [`super::address`]), unless the
+//!   allowlist names that IP literally (same scheme and port) or `allowPrivateNetworks` is set
+//!   (`policy::tests::non_public_addresses_need_an_explicit_permission`). A name is resolved
+//!   once, through the [`Resolve`] seam; only the permitted addresses of the answer are
+//!   connected to, and a name with none is refused
+//!   (`egress::allowed_name_resolving_to_loopback_or_metadata_is_refused` in
+//!   tests/tests/egress.rs).
+
+use std::fmt;
+use std::net::IpAddr;
+use std::sync::Arc;
 
 use http::Uri;
 
-/// A parsed `allowedHosts` list. The default allows nothing.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+use super::address::{HostKind, is_non_public};
+use super::allowlist::{Allowlist, EgressParseError, Target};
+use super::resolve::{Resolve, SystemResolver};
+use crate::plugin::redact::Redactor;
+use crate::plugin::signing::RequestSigner;
+
+/// The outbound policy of one ProviderConfig. The default allows nothing.
+#[derive(Clone)]
 pub struct EgressPolicy {
-    rules: Vec<Rule>,
+    allowlist: Allowlist,
+    allow_private_networks: bool,
+    resolver: Arc<dyn Resolve>,
+    signer: Option<Arc<RequestSigner>>,
+    redactor: Redactor,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Rule {
-    scheme: Scheme,
-    host: HostPattern,
-    port: u16,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Scheme {
-    Http,
-    Https,
-}
-
-impl Scheme {
-    /// `http` or `https`, in any case.
-    fn parse(s: &str) -> Option<Scheme> {
-        if s.eq_ignore_ascii_case("http") {
-            Some(Scheme::Http)
-        } else if s.eq_ignore_ascii_case("https") {
-            Some(Scheme::Https)
-        } else {
-            None
-        }
-    }
-
-    fn default_port(self) -> u16 {
-        match self {
-            Scheme::Http => 80,
-            Scheme::Https => 443,
+impl Default for EgressPolicy {
+    fn default() -> Self {
+        EgressPolicy {
+            allowlist: Allowlist::default(),
+            allow_private_networks: false,
+            resolver: Arc::new(SystemResolver),
+            signer: None,
+            redactor: Redactor::default(),
         }
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum HostPattern {
-    Exact(String),
-    /// Stored with its leading dot: `.example.com`.
-    Suffix(String),
+impl fmt::Debug for EgressPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EgressPolicy")
+            .field("allowlist", &self.allowlist)
+            .field("allow_private_networks", &self.allow_private_networks)
+            .field("resolver", &self.resolver)
+            .field("signer", &self.signer)
+            .field("redactor", &self.redactor)
+            .finish()
+    }
 }
 
-/// An `allowedHosts` entry that does not parse.
+/// Why a request was not sent. Messages name scheme, host and port at most: never a path, a
+/// query or user info, which may carry credentials.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid allowed host {entry:?}: {reason}")]
-pub struct EgressParseError {
-    pub entry: String,
-    pub reason: &'static str,
+pub(crate) enum Denial {
+    #[error("the URI carries user info")]
+    UserInfo,
+    #[error("the destination is not in allowedHosts")]
+    NotAllowed,
+    #[error(
+        "{ip} is not a public address, and neither allowedHosts names it nor is allowPrivateNetworks set"
+    )]
+    NonPublic { ip: IpAddr },
+    #[error("the name did not resolve: {reason}")]
+    Resolve { reason: String },
+    #[error("the name resolved to no address")]
+    NoAddress,
 }
 
 impl EgressPolicy {
@@ -83,215 +85,199 @@ impl EgressPolicy {
         Self::default()
     }
 
-    /// Parses every entry; one bad entry fails the whole list.
+    /// A policy allowing `allowedHosts` `entries` (syntax in [`super::allowlist`]), public
+    /// addresses only, no signing, nothing to redact.
     pub fn parse<I, S>(entries: I) -> Result<Self, EgressParseError>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let rules = entries
-            .into_iter()
-            .map(|e| parse_rule(e.as_ref()))
-            .collect::<Result<_, _>>()?;
-        Ok(EgressPolicy { rules })
+        Ok(EgressPolicy {
+            allowlist: Allowlist::parse(entries)?,
+            ..Self::default()
+        })
     }
 
+    /// `allowPrivateNetworks`: allowed names may resolve to non-public addresses.
+    pub fn allow_private_networks(mut self, allow: bool) -> Self {
+        self.allow_private_networks = allow;
+        self
+    }
+
+    /// Resolves names with `resolver` instead of the operating system.
+    pub fn with_resolver(mut self, resolver: Arc<dyn Resolve>) -> Self {
+        self.resolver = resolver;
+        self
+    }
+
+    /// Signs every allowed request with `signer`.
+    pub fn with_signer(mut self, signer: RequestSigner) -> Self {
+        self.signer = Some(Arc::new(signer));
+        self
+    }
+
+    /// Redacts these Secret values from everything the plugin says.
+    pub fn with_redactor(mut self, redactor: Redactor) -> Self {
+        self.redactor = redactor;
+        self
+    }
+
+    /// Whether nothing at all is allowed.
     pub fn is_empty(&self) -> bool {
-        self.rules.is_empty()
+        self.allowlist.is_empty()
     }
 
-    /// Whether a request to `uri` may leave the sandbox. A URI without a host, or with a scheme
-    /// other than http/https, is never allowed.
+    /// Whether `uri` passes the allowlist (addresses are checked when a request is sent).
     pub fn allows(&self, uri: &Uri) -> bool {
-        let Some(scheme) = uri.scheme_str().and_then(Scheme::parse) else {
-            return false;
+        self.allowlist.check(uri).is_some()
+    }
+
+    /// Whether the host signs requests (the plugin holds no credential).
+    pub fn signs(&self) -> bool {
+        self.signer.is_some()
+    }
+
+    /// The Secret values to redact from what the plugin says.
+    pub fn redactor(&self) -> &Redactor {
+        &self.redactor
+    }
+
+    pub(crate) fn signer(&self) -> Option<&RequestSigner> {
+        self.signer.as_deref()
+    }
+
+    /// The allowlist's verdict on `uri`.
+    pub(crate) fn check(&self, uri: &Uri) -> Result<Target, Denial> {
+        if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
+            return Err(Denial::UserInfo);
+        }
+        self.allowlist.check(uri).ok_or(Denial::NotAllowed)
+    }
+
+    /// The addresses `target` may be reached at, in the resolver's order.
+    pub(crate) async fn destinations(&self, target: &Target) -> Result<Vec<IpAddr>, Denial> {
+        let candidates = match &target.host {
+            HostKind::Ip(ip) => vec![*ip],
+            HostKind::Name(name) => {
+                self.resolver
+                    .resolve(name)
+                    .await
+                    .map_err(|e| Denial::Resolve {
+                        reason: e.to_string(),
+                    })?
+            }
+            HostKind::AmbiguousNumeric => return Err(Denial::NotAllowed),
         };
-        let Some(host) = uri.host() else {
-            return false;
-        };
-        let host = normalize_host(host);
-        let port = uri.port_u16().unwrap_or(scheme.default_port());
-        self.rules.iter().any(|rule| {
-            rule.scheme == scheme
-                && rule.port == port
-                && match &rule.host {
-                    HostPattern::Exact(h) => *h == host,
-                    HostPattern::Suffix(s) => host.len() > s.len() && host.ends_with(s.as_str()),
-                }
-        })
+        let first = *candidates.first().ok_or(Denial::NoAddress)?;
+        let permitted: Vec<IpAddr> = candidates
+            .into_iter()
+            .filter(|ip| self.permits(target, *ip))
+            .collect();
+        if permitted.is_empty() {
+            return Err(Denial::NonPublic { ip: first });
+        }
+        Ok(permitted)
     }
-}
 
-fn normalize_host(host: &str) -> String {
-    host.trim_end_matches('.').to_ascii_lowercase()
-}
-
-fn parse_rule(entry: &str) -> Result<Rule, EgressParseError> {
-    let err = |reason| EgressParseError {
-        entry: entry.to_string(),
-        reason,
-    };
-    let trimmed = entry.trim();
-    let (scheme, rest) = match trimmed.split_once("://") {
-        Some((s, rest)) => (
-            Scheme::parse(s).ok_or_else(|| err("scheme must be http or https"))?,
-            rest,
-        ),
-        None => (Scheme::Https, trimmed),
-    };
-    let rest = rest.strip_suffix('/').unwrap_or(rest);
-    if rest.is_empty() {
-        return Err(err("missing host"));
+    fn permits(&self, target: &Target, ip: IpAddr) -> bool {
+        !is_non_public(ip)
+            || self.allow_private_networks
+            || self.allowlist.names_ip(target.scheme, ip, target.port)
     }
-    if rest.contains(['/', '?', '#', '@']) || rest.chars().any(char::is_whitespace) {
-        return Err(err("only scheme, host and port are allowed"));
-    }
-    let (host, port) = split_port(rest).ok_or_else(|| err("invalid port"))?;
-    let port = port.unwrap_or(scheme.default_port());
-    let host = if let Some(suffix) = host.strip_prefix("*.") {
-        let suffix = normalize_host(suffix);
-        if suffix.is_empty() || !is_dns_name(&suffix) {
-            return Err(err("invalid wildcard suffix"));
-        }
-        HostPattern::Suffix(format!(".{suffix}"))
-    } else {
-        let host = normalize_host(host);
-        let is_ipv6 = host.starts_with('[') && host.ends_with(']');
-        if !(is_ipv6 || is_dns_name(&host)) {
-            return Err(err("invalid host name (a wildcard must be a leading `*.`)"));
-        }
-        HostPattern::Exact(host)
-    };
-    Ok(Rule { scheme, host, port })
-}
-
-/// Splits `host[:port]`, keeping IPv6 brackets on the host. `None` for a malformed port.
-fn split_port(s: &str) -> Option<(&str, Option<u16>)> {
-    let (host, port) = if s.starts_with('[') {
-        let end = s.find(']')?;
-        let (host, after) = s.split_at(end + 1);
-        match after {
-            "" => (host, None),
-            p => (host, Some(p.strip_prefix(':')?)),
-        }
-    } else {
-        match s.rsplit_once(':') {
-            Some((h, p)) => (h, Some(p)),
-            None => (s, None),
-        }
-    };
-    let port = match port {
-        None => None,
-        Some(p) => Some(p.parse::<u16>().ok().filter(|p| *p != 0)?),
-    };
-    Some((host, port))
-}
-
-fn is_dns_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.split('.').all(|label| {
-            !label.is_empty()
-                && label.len() <= 63
-                && label
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-        })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plugin::egress::resolve::StaticResolver;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap_or_else(|e| panic!("{s}: {e}"))
+    }
+
+    async fn destinations(policy: &EgressPolicy, uri: &str) -> Result<Vec<IpAddr>, Denial> {
+        let uri: Uri = uri.parse().unwrap_or_else(|e| panic!("{uri}: {e}"));
+        let target = policy.check(&uri)?;
+        policy.destinations(&target).await
+    }
 
     fn policy(entries: &[&str]) -> EgressPolicy {
-        match EgressPolicy::parse(entries) {
-            Ok(p) => p,
-            Err(e) => panic!("{e}"),
-        }
+        let resolver = StaticResolver::new()
+            .with("public.test", [ip("52.94.0.1")])
+            .with("loopback.test", [ip("127.0.0.1")])
+            .with("metadata.test", [ip("169.254.169.254")])
+            .with("mapped.test", [ip("::ffff:169.254.169.254")])
+            .with("mixed.test", [ip("127.0.0.1"), ip("52.94.0.2")]);
+        EgressPolicy::parse(entries)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .with_resolver(Arc::new(resolver))
     }
 
-    fn allows(p: &EgressPolicy, uri: &str) -> bool {
-        match uri.parse::<Uri>() {
-            Ok(u) => p.allows(&u),
-            Err(e) => panic!("{uri}: {e}"),
-        }
-    }
-
-    #[test]
-    fn empty_allows_nothing() {
-        let p = EgressPolicy::deny_all();
-        assert!(p.is_empty());
-        assert!(!allows(&p, "https://example.com/"));
-        assert!(!allows(&p, "http://127.0.0.1:80/"));
-    }
-
-    #[test]
-    fn exact_entry_matches_scheme_host_and_port() {
-        let p = policy(&["http://127.0.0.1:5000"]);
-        assert!(allows(&p, "http://127.0.0.1:5000/x?y=z"));
-        assert!(!allows(&p, "http://127.0.0.1:5001/"));
-        assert!(!allows(&p, "https://127.0.0.1:5000/"));
-        assert!(!allows(&p, "http://127.0.0.2:5000/"));
-    }
-
-    #[test]
-    fn defaults_are_https_and_the_scheme_port() {
-        let p = policy(&["ec2.us-east-1.amazonaws.com", "http://plain.example"]);
-        assert!(allows(&p, "https://ec2.us-east-1.amazonaws.com/"));
-        assert!(allows(&p, "https://ec2.us-east-1.amazonaws.com:443/"));
-        assert!(!allows(&p, "http://ec2.us-east-1.amazonaws.com/"));
-        assert!(!allows(&p, "https://ec2.us-east-1.amazonaws.com:8443/"));
-        assert!(allows(&p, "http://plain.example:80/"));
-        assert!(!allows(&p, "https://plain.example/"));
-    }
-
-    #[test]
-    fn wildcard_matches_subdomains_only() {
-        let p = policy(&["*.amazonaws.com"]);
-        assert!(allows(&p, "https://ec2.us-east-1.amazonaws.com/"));
-        assert!(allows(&p, "https://EC2.AmazonAWS.com./"));
-        assert!(!allows(&p, "https://amazonaws.com/"));
-        assert!(!allows(&p, "https://evilamazonaws.com/"));
-        assert!(!allows(&p, "https://amazonaws.com.evil.net/"));
-        assert!(!allows(&p, "http://ec2.amazonaws.com/"));
-        let p = policy(&["http://*.local.test:8080"]);
-        assert!(allows(&p, "http://a.local.test:8080/"));
-        assert!(!allows(&p, "http://a.local.test/"));
-    }
-
-    #[test]
-    fn ipv6_literals() {
-        let p = policy(&["http://[::1]:9000"]);
-        assert!(allows(&p, "http://[::1]:9000/"));
-        assert!(!allows(&p, "http://[::2]:9000/"));
-    }
-
-    #[test]
-    fn invalid_entries_fail_the_whole_list() {
-        for bad in [
-            "",
-            "*",
-            "*.",
-            "ftp://example.com",
-            "https://example.com/path",
-            "https://user@example.com",
-            "https://example.com:0",
-            "https://example.com:99999",
-            "https://ex*mple.com",
-            "https://a.*.example.com",
-            "https://exa mple.com",
-            "https://[::1",
+    #[tokio::test]
+    async fn non_public_addresses_need_an_explicit_permission() {
+        let p = policy(&["http://*.test:80", "http://127.0.0.1:8080"]);
+        assert_eq!(
+            destinations(&p, "http://public.test/").await,
+            Ok(vec![ip("52.94.0.1")])
+        );
+        for uri in [
+            "http://loopback.test/",
+            "http://metadata.test/",
+            "http://mapped.test/",
         ] {
             assert!(
-                EgressPolicy::parse(["example.org", bad]).is_err(),
-                "{bad:?} should not parse"
+                matches!(destinations(&p, uri).await, Err(Denial::NonPublic { .. })),
+                "{uri}"
             );
         }
+        // Only the permitted part of a mixed answer is used.
+        assert_eq!(
+            destinations(&p, "http://mixed.test/").await,
+            Ok(vec![ip("52.94.0.2")])
+        );
+        // Literal entries permit exactly their address, scheme and port.
+        assert_eq!(
+            destinations(&p, "http://127.0.0.1:8080/").await,
+            Ok(vec![ip("127.0.0.1")])
+        );
+        assert!(matches!(
+            destinations(&p, "http://127.0.0.1:8081/").await,
+            Err(Denial::NotAllowed)
+        ));
+        // A literal entry also permits a name answering that address (the administrator named
+        // it); without one the same name is refused (above).
+        let literal = policy(&["http://*.test:80", "http://169.254.169.254:80"]);
+        assert_eq!(
+            destinations(&literal, "http://metadata.test/").await,
+            Ok(vec![ip("169.254.169.254")])
+        );
+        // allowPrivateNetworks opens non-public answers of allowed names.
+        let open = p.clone().allow_private_networks(true);
+        assert_eq!(
+            destinations(&open, "http://loopback.test/").await,
+            Ok(vec![ip("127.0.0.1")])
+        );
     }
 
-    #[test]
-    fn uris_without_host_or_known_scheme_are_denied() {
-        let p = policy(&["*.example.com"]);
-        assert!(!allows(&p, "/relative"));
-        assert!(!allows(&p, "ftp://a.example.com/"));
+    #[tokio::test]
+    async fn user_info_unknown_names_and_numeric_spellings_are_refused() {
+        let p = policy(&["http://*.test:80", "http://127.0.0.1:80"]);
+        assert_eq!(
+            destinations(&p, "http://user:pw@public.test/").await,
+            Err(Denial::UserInfo)
+        );
+        assert!(matches!(
+            destinations(&p, "http://unknown.test/").await,
+            Err(Denial::Resolve { .. })
+        ));
+        for uri in ["http://2130706433/", "http://0177.0.0.1/", "http://127.1/"] {
+            assert_eq!(
+                destinations(&p, uri).await,
+                Err(Denial::NotAllowed),
+                "{uri}"
+            );
+        }
+        let debug = format!("{p:?}");
+        assert!(debug.contains("EgressPolicy"), "{debug}");
     }
 }

@@ -17,6 +17,10 @@ pub enum LoadError {
         #[source]
         source: std::io::Error,
     },
+    #[error("plugin file {path} is larger than the limit of {limit} bytes")]
+    TooLarge { path: PathBuf, limit: u64 },
+    #[error("plugin file {path} changed while it was being loaded")]
+    Changed { path: PathBuf },
     #[error("plugin digest mismatch: pinned sha256 {expected}, file has {actual}")]
     DigestMismatch { expected: String, actual: String },
     #[error("plugin {path} is not a valid WebAssembly component")]
@@ -53,7 +57,7 @@ pub enum LoadError {
 
 impl LoadError {
     /// For `map_err`: an I/O failure on `path`.
-    pub(super) fn read(path: &Path) -> impl FnOnce(std::io::Error) -> LoadError {
+    pub(crate) fn read(path: &Path) -> impl FnOnce(std::io::Error) -> LoadError {
         let path = path.to_path_buf();
         move |source| LoadError::Read { path, source }
     }

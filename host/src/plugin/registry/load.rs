@@ -7,13 +7,14 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
 
 use super::{LoadError, Loaded, PluginEvent, PluginRegistry, Served};
 use crate::plugin::bindings::WIT_VERSION;
 use crate::plugin::component::{Plugin, exported_wit_version};
-use crate::plugin::files::{FileStamp, check_pin, parse_pin, relative, wit_compatible};
+use crate::plugin::files::{
+    FileStamp, check_pin, digest_file, parse_pin, read_file, relative, wit_compatible,
+};
 use crate::plugin::sandbox::CallContext;
 use crate::telemetry::metrics::LoadOutcome;
 
@@ -88,13 +89,28 @@ impl PluginRegistry {
         stamp: FileStamp,
         pin: Option<String>,
     ) -> Result<(Arc<Plugin>, Served), LoadError> {
-        let bytes = tokio::fs::read(full).await.map_err(LoadError::read(rel))?;
-        let digest = hex::encode(Sha256::digest(&bytes));
+        let max = self.max_plugin_bytes();
+        let digest = {
+            let (rel_owned, full) = (rel.to_path_buf(), full.to_path_buf());
+            tokio::task::spawn_blocking(move || digest_file(&rel_owned, &full, max))
+                .await
+                .map_err(|source| LoadError::CompileTask {
+                    path: rel.to_path_buf(),
+                    source,
+                })?
+        };
+        let digest = match digest {
+            Ok(digest) => digest,
+            Err(e) => {
+                self.tables().by_path.remove(rel);
+                return Err(e);
+            }
+        };
         if let Err(e) = check_pin(pin.as_deref(), &digest) {
             self.tables().by_path.remove(rel);
             return Err(e);
         }
-        let (plugin, served) = self.plugin_for(rel, bytes, digest).await?;
+        let (plugin, served) = self.plugin_for(rel, full, digest).await?;
         let previous = self.tables().by_path.insert(
             rel.to_path_buf(),
             Loaded {
@@ -116,7 +132,7 @@ impl PluginRegistry {
     async fn plugin_for(
         &self,
         rel: &Path,
-        bytes: Vec<u8>,
+        full: &Path,
         digest: String,
     ) -> Result<(Arc<Plugin>, Served), LoadError> {
         let inner = &self.inner;
@@ -125,7 +141,7 @@ impl PluginRegistry {
             inner.digest_hits.fetch_add(1, Ordering::Relaxed);
             return Ok((plugin.clone(), Served::Memory));
         }
-        let component = self.compile(rel, bytes, &digest).await?;
+        let component = self.compile(rel, full, &digest).await?;
         if let Some(exported) = exported_wit_version(&inner.engine, &component)
             && !wit_compatible(&exported, WIT_VERSION)
         {
@@ -162,15 +178,16 @@ impl PluginRegistry {
         Ok((plugin, Served::Loaded))
     }
 
-    async fn compile(
-        &self,
-        rel: &Path,
-        bytes: Vec<u8>,
-        digest: &str,
-    ) -> Result<Component, LoadError> {
+    /// The component of `digest`: from the authenticated disk cache, or compiled from `full`
+    /// (read whole only then, and only if it still has that digest). Runs on the blocking pool;
+    /// the caller holds the one-compilation-at-a-time lock.
+    async fn compile(&self, rel: &Path, full: &Path, digest: &str) -> Result<Component, LoadError> {
         let engine = self.inner.engine.clone();
         let cache = self.inner.cache.clone();
         let key = digest.to_string();
+        let max = self.max_plugin_bytes();
+        let (rel_owned, full) = (rel.to_path_buf(), full.to_path_buf());
+        let started = Instant::now();
         let task = tokio::task::spawn_blocking(move || {
             if let Some(cache) = &cache {
                 match cache.load(engine.engine(), &key) {
@@ -179,30 +196,35 @@ impl PluginRegistry {
                     Err(e) => tracing::warn!(error = %e, "ignoring unusable cached artifact"),
                 }
             }
-            let component = Component::new(engine.engine(), &bytes)?;
+            let (bytes, digest) = read_file(&rel_owned, &full, max)?;
+            if digest != key {
+                return Err(LoadError::Changed { path: rel_owned });
+            }
+            let component =
+                Component::new(engine.engine(), &bytes).map_err(|e| LoadError::Compile {
+                    path: rel_owned.clone(),
+                    source: e.into(),
+                })?;
+            drop(bytes);
             if let Some(cache) = &cache
                 && let Err(e) = cache.store(&key, &component)
             {
                 tracing::warn!(error = %e, "could not cache the compiled plugin");
             }
-            Ok::<_, wasmtime::Error>((component, false))
+            Ok::<_, LoadError>((component, false))
         });
-        let (component, from_disk) = task
-            .await
-            .map_err(|source| LoadError::CompileTask {
-                path: rel.to_path_buf(),
-                source,
-            })?
-            .map_err(|e| LoadError::Compile {
-                path: rel.to_path_buf(),
-                source: e.into(),
-            })?;
-        let counter = if from_disk {
-            &self.inner.disk_hits
+        let (component, from_disk) = task.await.map_err(|source| LoadError::CompileTask {
+            path: rel.to_path_buf(),
+            source,
+        })??;
+        let elapsed = started.elapsed();
+        if from_disk {
+            tracing::info!(path = %rel.display(), digest, ?elapsed, "plugin loaded from the precompiled cache, not compiled");
+            self.inner.disk_hits.fetch_add(1, Ordering::Relaxed);
         } else {
-            &self.inner.compiled
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(path = %rel.display(), digest, ?elapsed, "plugin compiled");
+            self.inner.compiled.fetch_add(1, Ordering::Relaxed);
+        }
         Ok(component)
     }
 }

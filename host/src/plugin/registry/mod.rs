@@ -8,8 +8,12 @@
 //!   earlier version of that path stops being served.
 //! - One [`Plugin`] per digest: loading the same content again (another path, another
 //!   ProviderConfig, a file touched without changes) reuses it ([`RegistryStats::digest_hits`]).
-//! - Compilation runs on the blocking pool, never on the caller's async worker; a precompiled
-//!   artifact from the [`ArtifactCache`] replaces it when this process wrote one.
+//! - Compilation runs on the blocking pool, never on the caller's async worker, one at a time
+//!   (a compile of a Python or JavaScript plugin takes ~400 MB and seconds of CPU); an
+//!   authenticated artifact from the [`ArtifactCache`] replaces it, also after a restart.
+//! - A file over [`PluginRegistry::with_max_plugin_bytes`] (default
+//!   [`DEFAULT_MAX_PLUGIN_BYTES`]) is refused ([`LoadError::TooLarge`]) without being read; the
+//!   digest is computed streaming (see `files.rs`).
 //! - `info()` is called once per digest; its `wit_version` must have the host's major.minor.
 //!
 //! # Changes
@@ -54,6 +58,7 @@ pub use watch::PluginEvent;
 use super::cache::ArtifactCache;
 use super::component::Plugin;
 use super::engine::PluginEngine;
+pub use super::files::DEFAULT_MAX_PLUGIN_BYTES;
 use super::files::{FileStamp, relative};
 use super::sandbox::CallLimits;
 use crate::telemetry::metrics::Metrics;
@@ -63,7 +68,8 @@ use crate::telemetry::metrics::Metrics;
 pub struct RegistryStats {
     /// Components compiled from wasm.
     pub compiled: u64,
-    /// Components deserialized from this process's precompiled artifacts.
+    /// Components deserialized from authenticated precompiled artifacts (this process's or an
+    /// earlier one's).
     pub disk_hits: u64,
     /// Loads answered by an already-loaded digest.
     pub digest_hits: u64,
@@ -98,6 +104,7 @@ struct Inner {
     compiled: AtomicU64,
     disk_hits: AtomicU64,
     digest_hits: AtomicU64,
+    max_plugin_bytes: AtomicU64,
     metrics: OnceLock<Metrics>,
 }
 
@@ -147,6 +154,7 @@ impl PluginRegistry {
                 compiled: AtomicU64::new(0),
                 disk_hits: AtomicU64::new(0),
                 digest_hits: AtomicU64::new(0),
+                max_plugin_bytes: AtomicU64::new(DEFAULT_MAX_PLUGIN_BYTES),
                 metrics: OnceLock::new(),
             }),
         })
@@ -157,6 +165,16 @@ impl PluginRegistry {
     pub fn with_metrics(self, metrics: Metrics) -> Self {
         let _ = self.inner.metrics.set(metrics);
         self
+    }
+
+    /// Refuses plugin files larger than `max` bytes (see the module docs).
+    pub fn with_max_plugin_bytes(self, max: u64) -> Self {
+        self.inner.max_plugin_bytes.store(max, Ordering::Relaxed);
+        self
+    }
+
+    fn max_plugin_bytes(&self) -> u64 {
+        self.inner.max_plugin_bytes.load(Ordering::Relaxed)
     }
 
     pub fn engine(&self) -> &Arc<PluginEngine> {
