@@ -5,7 +5,9 @@
 #   - etcd, kube-apiserver, kube-controller-manager, kubectl built from Go modules
 #     (tests/controlplane/build.sh; cached outside the repo, keyed on the pins);
 #   - helm (tests/helm/build.sh, same pattern), to render the chart in the manifest tests;
-#   - moto's EC2-compatible server in a Python venv outside the repo, keyed on its version.
+#   - moto's EC2-compatible server in a Python venv outside the repo, keyed on its version;
+#   - componentize-py (builds the Python provider, providers/python/) in the same venv, keyed on
+#     its own version, so changing one pin reinstalls only that package.
 # Progress goes to stderr; stdout carries only the export lines.
 set -euo pipefail
 
@@ -13,6 +15,7 @@ top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 say() { printf 'prepare: %s\n' "$*" >&2; }
 cache=${VMOP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/vmop}
 moto_version=5.2.5
+componentize_py_version=0.25.1
 
 need() {
   command -v "$1" >/dev/null 2>&1 || { say "'$1' is not on PATH: $2"; exit 1; }
@@ -44,8 +47,19 @@ if [ ! -f "$venv/.complete" ]; then
 else
   say "using moto from $venv"
 fi
+componentize_stamp="$venv/.componentize-py-$componentize_py_version"
+if [ ! -f "$componentize_stamp" ]; then
+  say "installing componentize-py==$componentize_py_version into $venv"
+  rm -f "$venv"/.componentize-py-*
+  "$venv/bin/pip" install --quiet --disable-pip-version-check \
+    "componentize-py==$componentize_py_version" >&2
+  touch "$componentize_stamp"
+else
+  say "using componentize-py $componentize_py_version from $venv"
+fi
 
 printf 'export VMOP_CONTROLPLANE_BIN=%q\n' "$controlplane_bin"
 printf 'export VMOP_HELM=%q\n' "$helm_bin"
 printf 'export VMOP_MOTO_SERVER=%q\n' "$venv/bin/moto_server"
+printf 'export VMOP_COMPONENTIZE_PY=%q\n' "$venv/bin/componentize-py"
 printf 'export PATH=%q:"$PATH"\n' "$controlplane_bin"

@@ -5,9 +5,19 @@
 //! The guests build with the same `cargo` as the host, in their own target directory
 //! (`<target>/wasm-guests`), without the host build's flags (`RUSTFLAGS`, clippy's wrapper,
 //! coverage instrumentation): those belong to the host and may not even apply to wasm.
+//!
+//! The Python providers (`providers/python/<name>/app.py`, with the helper package
+//! `providers/python/vmop_provider/`) are built with componentize-py for world `plugin-http`
+//! (`wit/http-guest/`) into `<target>/wasm-guests/python/vmop_provider_<name>_py.wasm`. The
+//! tool is `$VMOP_COMPONENTIZE_PY` (set by `scripts/prepare.sh`), else `componentize-py` on
+//! `PATH`; without it they are skipped with a warning, and the tests that need them say so.
+//! A build takes ~15 CPU-seconds, so it is skipped while a stamp of its inputs (sources, WIT,
+//! tool) matches.
 
+use std::collections::hash_map::DefaultHasher;
 use std::env;
 use std::fs;
+use std::hash::{Hash, Hasher};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -16,6 +26,15 @@ const TARGET: &str = "wasm32-wasip2";
 
 /// Guest workspaces, relative to the repository root; a missing one is skipped.
 const GUEST_WORKSPACES: [&str; 2] = ["providers", "tests/fixtures/guests"];
+
+/// Python providers, relative to the repository root: every subdirectory with an `app.py`
+/// except the helper package.
+const PYTHON_PROVIDERS: &str = "providers/python";
+const PYTHON_HELPER: &str = "vmop_provider";
+/// The WIT world of Python guests (the provider world plus wasi:http).
+const PYTHON_WIT: &str = "wit/http-guest";
+const PYTHON_WORLD: &str = "plugin-http";
+const COMPONENTIZE_PY_ENV: &str = "VMOP_COMPONENTIZE_PY";
 
 /// Variables cargo or the caller set for the host build that must not reach the guest build.
 const HOST_ONLY_ENV: [&str; 9] = [
@@ -47,7 +66,7 @@ fn run() -> Result<(), String> {
     let target_dir = host_target_dir(&out_dir, &root).join("wasm-guests");
 
     println!("cargo:rerun-if-changed={}", root.join("wit").display());
-    for var in ["RUSTUP_TOOLCHAIN", "CARGO", "CI"] {
+    for var in ["RUSTUP_TOOLCHAIN", "CARGO", "CI", COMPONENTIZE_PY_ENV] {
         println!("cargo:rerun-if-env-changed={var}");
     }
 
@@ -66,6 +85,7 @@ fn run() -> Result<(), String> {
         watch_sources(&dir)?;
         wasm.extend(build_workspace(&manifest, &target_dir)?);
     }
+    wasm.extend(build_python_providers(&root, &target_dir.join("python"))?);
     wasm.sort();
     wasm.dedup();
     for pair in wasm.windows(2) {
@@ -137,7 +157,7 @@ fn watch_sources(dir: &Path) -> Result<(), String> {
         let path = entry.path();
         let name = entry.file_name();
         let name = name.to_string_lossy();
-        if name == "target" || name.starts_with('.') {
+        if name == "target" || name == "__pycache__" || name.starts_with('.') {
             continue;
         }
         if path.is_dir() {
@@ -197,6 +217,124 @@ fn build_workspace(manifest: &Path, target_dir: &Path) -> Result<Vec<(String, Pa
         ));
     }
     Ok(wasm)
+}
+
+/// Builds each Python provider with componentize-py (see the crate docs); returns them by
+/// file stem. Nothing, with a warning, when componentize-py is not installed.
+fn build_python_providers(root: &Path, out_dir: &Path) -> Result<Vec<(String, PathBuf)>, String> {
+    let providers_dir = root.join(PYTHON_PROVIDERS);
+    if !providers_dir.is_dir() {
+        return Ok(Vec::new());
+    }
+    watch_sources(&providers_dir)?;
+    let Some(tool) = componentize_py() else {
+        println!(
+            "cargo:warning=componentize-py not found (set {COMPONENTIZE_PY_ENV} or put it on \
+             PATH; `eval \"$(scripts/prepare.sh)\"` installs it): the Python providers in \
+             {PYTHON_PROVIDERS}/ are not built, and the tests that need them fail saying so"
+        );
+        return Ok(Vec::new());
+    };
+    fs::create_dir_all(out_dir).map_err(|e| format!("cannot create {}: {e}", out_dir.display()))?;
+    let mut names: Vec<String> = fs::read_dir(&providers_dir)
+        .map_err(|e| format!("cannot read {}: {e}", providers_dir.display()))?
+        .filter_map(Result::ok)
+        .filter(|entry| entry.path().join("app.py").is_file())
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| name != PYTHON_HELPER)
+        .collect();
+    names.sort();
+    let mut built = Vec::new();
+    for name in names {
+        let stem = format!("vmop_provider_{name}_py");
+        let output = out_dir.join(format!("{stem}.wasm"));
+        let sources = [
+            providers_dir.join(&name),
+            providers_dir.join(PYTHON_HELPER),
+            root.join(PYTHON_WIT),
+            root.join("wit/provider.wit"),
+        ];
+        let stamp = inputs_stamp(&tool, &sources)?;
+        let stamp_file = out_dir.join(format!("{stem}.inputs"));
+        if output.is_file() && fs::read_to_string(&stamp_file).ok().as_deref() == Some(&stamp) {
+            built.push((stem, output));
+            continue;
+        }
+        let status = Command::new(&tool)
+            .arg("-d")
+            .arg(root.join(PYTHON_WIT))
+            .args(["-w", PYTHON_WORLD, "componentize", "app", "-p"])
+            .arg(providers_dir.join(&name))
+            .arg("-p")
+            .arg(&providers_dir)
+            .arg("-o")
+            .arg(&output)
+            .current_dir(out_dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .status()
+            .map_err(|e| format!("cannot run {}: {e}", tool.display()))?;
+        if !status.success() {
+            return Err(format!(
+                "componentize-py failed to build {PYTHON_PROVIDERS}/{name} ({status}); see \
+                 the errors above"
+            ));
+        }
+        fs::write(&stamp_file, &stamp)
+            .map_err(|e| format!("cannot write {}: {e}", stamp_file.display()))?;
+        built.push((stem, output));
+    }
+    Ok(built)
+}
+
+/// `$VMOP_COMPONENTIZE_PY`, else `componentize-py` found on `PATH`.
+fn componentize_py() -> Option<PathBuf> {
+    if let Some(path) = env::var_os(COMPONENTIZE_PY_ENV).map(PathBuf::from) {
+        return path.is_file().then_some(path);
+    }
+    env::split_paths(&env::var_os("PATH")?)
+        .map(|dir| dir.join("componentize-py"))
+        .find(|path| path.is_file())
+}
+
+/// A digest of the tool's path and size and of every file under `sources` (path and content),
+/// in a stable order: equal stamps mean an identical build.
+fn inputs_stamp(tool: &Path, sources: &[PathBuf]) -> Result<String, String> {
+    let mut files = Vec::new();
+    for source in sources {
+        collect_files(source, &mut files)?;
+    }
+    files.sort();
+    let mut hasher = DefaultHasher::new();
+    tool.hash(&mut hasher);
+    fs::metadata(tool)
+        .map(|m| m.len())
+        .unwrap_or(0)
+        .hash(&mut hasher);
+    for file in files {
+        file.hash(&mut hasher);
+        fs::read(&file)
+            .map_err(|e| format!("cannot read {}: {e}", file.display()))?
+            .hash(&mut hasher);
+    }
+    Ok(format!("{:016x}\n", hasher.finish()))
+}
+
+fn collect_files(path: &Path, files: &mut Vec<PathBuf>) -> Result<(), String> {
+    if path.is_file() {
+        files.push(path.to_path_buf());
+        return Ok(());
+    }
+    let entries = fs::read_dir(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let name = entry.file_name();
+        if name == "__pycache__" || name.to_string_lossy().starts_with('.') {
+            continue;
+        }
+        collect_files(&entry.path(), files)?;
+    }
+    Ok(())
 }
 
 fn in_ci() -> bool {

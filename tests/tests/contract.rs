@@ -7,6 +7,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::ensure;
+
 use vmop::plugin::{
     CallContext, CallError, CallLimits, EgressPolicy, EngineConfig, ErrorClass, Fault, LoadError,
     Phase, Plugin, PluginEngine, PluginRegistry, ProviderSettings, RegistryConfig, VmSpec,
@@ -71,24 +73,28 @@ fn spec() -> VmSpec {
 
 /// A violation: a plugin fault, transient (a fixed plugin is picked up on reload), reason
 /// `PluginContractViolation`, and a message that does not carry the oversized content.
-fn assert_violation<T: std::fmt::Debug>(result: Result<T, CallError>, what: &str) {
+fn assert_violation<T: std::fmt::Debug>(
+    result: Result<T, CallError>,
+    what: &str,
+) -> anyhow::Result<()> {
     let err = match result {
-        Ok(v) => panic!("{what}: accepted an answer over the bounds: {v:?}"),
+        Ok(v) => anyhow::bail!("{what}: accepted an answer over the bounds: {v:?}"),
         Err(e) => e,
     };
-    assert!(
+    ensure!(
         matches!(err, CallError::ContractViolation { .. }),
         "{what}: {err:?}"
     );
-    assert_eq!(err.fault(), Fault::Plugin, "{what}");
-    assert_eq!(err.class(), ErrorClass::Transient, "{what}");
-    assert_eq!(err.reason(), "PluginContractViolation", "{what}");
+    ensure!(err.fault() == Fault::Plugin, "{what}: {:?}", err.fault());
+    ensure!(err.class() == ErrorClass::Transient, "{what}");
+    ensure!(err.reason() == "PluginContractViolation", "{what}");
     let text = vmop::telemetry::events::chain(&err);
-    assert!(
+    ensure!(
         text.len() < 300,
         "{what}: the error quotes the content ({} bytes)",
         text.len()
     );
+    Ok(())
 }
 
 #[tokio::test]
@@ -97,19 +103,19 @@ async fn oversized_outputs_are_contract_violations() -> anyhow::Result<()> {
     let hostile = load(&registry, "hostile").await?;
     for m in ["huge-id", "many-addresses"] {
         let ctx = mode(m);
-        assert_violation(hostile.create(&ctx, &spec()).await, &format!("{m} create"));
-        assert_violation(hostile.get(&ctx, "i-1").await, &format!("{m} get"));
-        assert_violation(hostile.find(&ctx, "uid-1").await, &format!("{m} find"));
+        assert_violation(hostile.create(&ctx, &spec()).await, &format!("{m} create"))?;
+        assert_violation(hostile.get(&ctx, "i-1").await, &format!("{m} get"))?;
+        assert_violation(hostile.find(&ctx, "uid-1").await, &format!("{m} find"))?;
     }
     let ctx = mode("huge-message");
-    assert_violation(hostile.create(&ctx, &spec()).await, "huge-message create");
-    assert_violation(hostile.delete(&ctx, "i-1").await, "huge-message delete");
+    assert_violation(hostile.create(&ctx, &spec()).await, "huge-message create")?;
+    assert_violation(hostile.delete(&ctx, "i-1").await, "huge-message delete")?;
     let ctx = mode("retry-forever");
-    assert_violation(hostile.get(&ctx, "i-1").await, "retry-forever get");
+    assert_violation(hostile.get(&ctx, "i-1").await, "retry-forever get")?;
     assert_violation(
         hostile.location(&mode("huge-location")).await,
         "huge-location",
-    );
+    )?;
     // The same plugin serves a well-behaved call right after.
     let ok = hostile.create(&mode("ok"), &spec()).await?;
     assert_eq!(ok.phase, Phase::Running);
@@ -119,17 +125,15 @@ async fn oversized_outputs_are_contract_violations() -> anyhow::Result<()> {
 #[tokio::test]
 async fn a_plugin_built_for_contract_0_1_is_refused_naming_both_versions() -> anyhow::Result<()> {
     let (_dir, registry) = registry(&["old_wit"]).await?;
-    let err = registry
-        .load(Path::new("old_wit.wasm"), None)
-        .await
-        .expect_err("a 0.1 component must not load");
-    match &err {
-        LoadError::IncompatibleWit { plugin, host, .. } => {
-            assert_eq!(plugin, "0.1.0");
-            assert_eq!(*host, vmop::plugin::WIT_VERSION);
-        }
-        other => panic!("refused for another reason: {other:?}"),
-    }
+    let err = match registry.load(Path::new("old_wit.wasm"), None).await {
+        Ok(_) => anyhow::bail!("a 0.1 component must not load"),
+        Err(e) => e,
+    };
+    ensure!(
+        matches!(&err, LoadError::IncompatibleWit { plugin, host, .. }
+            if plugin == "0.1.0" && *host == vmop::plugin::WIT_VERSION),
+        "refused for another reason: {err:?}"
+    );
     let text = err.to_string();
     assert!(
         text.contains("0.1.0") && text.contains("0.2.0"),

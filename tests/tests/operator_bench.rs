@@ -20,7 +20,7 @@ use anyhow::{Context as _, ensure};
 use futures::TryStreamExt;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, ResourceExt};
 use serde_json::json;
 use vmop::api::{Limits, VirtualMachine};
 use vmop_tests::operator::Env;
@@ -37,35 +37,7 @@ fn env_number(name: &str, default: u64) -> u64 {
 }
 
 /// Write requests the API server has served so far, by resource (leases excluded).
-async fn writes(client: &Client) -> anyhow::Result<BTreeMap<String, f64>> {
-    let request = http::Request::get("/metrics").body(Vec::new())?;
-    let text = client.request_text(request).await?;
-    let mut out = BTreeMap::new();
-    for line in text
-        .lines()
-        .filter(|l| l.starts_with("apiserver_request_total{"))
-    {
-        let Some((labels, value)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let label = |key: &str| {
-            let start = labels.find(&format!("{key}=\""))? + key.len() + 2;
-            let end = labels.get(start..)?.find('"')? + start;
-            labels.get(start..end)
-        };
-        let verb = label("verb").unwrap_or_default();
-        let resource = label("resource").unwrap_or_default();
-        if !matches!(verb, "POST" | "PUT" | "PATCH" | "APPLY" | "DELETE") || resource == "leases" {
-            continue;
-        }
-        let key = match label("subresource").unwrap_or_default() {
-            "" => resource.to_owned(),
-            sub => format!("{resource}/{sub}"),
-        };
-        *out.entry(key).or_insert(0.0) += value.parse::<f64>().unwrap_or(0.0);
-    }
-    Ok(out)
-}
+use vmop_tests::operator::writes::api_writes as writes;
 
 fn delta(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> BTreeMap<String, u64> {
     after

@@ -29,8 +29,10 @@ pub struct ConformanceArgs {
     /// An `allowedHosts` entry (`scheme://host:port`, `*.suffix`; repeatable). None: no network.
     #[arg(long = "allow-host", value_name = "HOST")]
     allow_host: Vec<String>,
+    /// `spec.cpu` of the machine the suite creates.
     #[arg(long, default_value_t = 1)]
     cpu: u32,
+    /// Its memory, in MiB.
     #[arg(long, default_value_t = 512)]
     memory_mib: u64,
     /// The image of check `impossible-spec`: one the backend must not have.

@@ -31,7 +31,6 @@ use std::sync::Arc;
 
 use futures::{FutureExt, StreamExt, TryStreamExt, future};
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::runtime::Predicate;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector::{self, store::WriterDropped};
 use kube::runtime::{WatchStreamExt, predicates, watcher};
@@ -173,8 +172,9 @@ pub async fn run(
             .set_max_concurrent_reconciles(kind, config.max_concurrent_reconciles);
     }
     let index = ctx.index.clone();
-    // Status writes do not trigger a reconcile; spec changes, deletion (which bumps the
-    // generation) and finalizer changes (the helper waits for its own patch) do.
+    // Only spec changes and deletion (which bumps the generation) trigger a reconcile: the
+    // reconciler's own writes (finalizer, annotation, status) carry on within the same
+    // reconcile, and a trigger on them would only re-read a view older than those writes.
     // A consistent list (not the API server's possibly lagging cache): a new epoch must not
     // start from a view older than its predecessor's writes (see `attempts.rs`).
     let vm_watch = watcher::Config::default().list_semantic(watcher::ListSemantic::MostRecent);
@@ -185,10 +185,7 @@ pub async fn run(
         })
         .reflect(vm_writer)
         .applied_objects()
-        .predicate_filter(
-            predicates::generation.combine(predicates::finalizers),
-            Default::default(),
-        );
+        .predicate_filter(predicates::generation, Default::default());
     let controller_config =
         controller::Config::default().concurrency(config.max_concurrent_reconciles);
     let vms = Controller::for_stream(vm_triggers, vm_reader)

@@ -377,6 +377,11 @@ async fn phase_events<E: Effects>(fx: &mut E, previous: Option<VmPhase>, seen: &
     let Some(previous) = previous.filter(|p| *p != now) else {
         return;
     };
+    // A new machine coming up is the routine path: `Ready` turning True says it, and an Event
+    // per VM for it would double the Events of every lifecycle.
+    if now == VmPhase::Running && matches!(previous, VmPhase::Pending | VmPhase::Provisioning) {
+        return;
+    }
     let note = format!(
         "external machine {} is {} (was {})",
         seen.id,

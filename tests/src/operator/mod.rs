@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 mod process;
 pub mod scrape;
+pub mod writes;
 
 use std::time::Duration;
 

@@ -41,8 +41,11 @@
 //! - A run uses fresh uids, so it never touches machines it did not make.
 
 mod calls;
-mod checks;
+mod classes;
+mod cleanup;
+mod lifecycle;
 mod report;
+mod suite;
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
@@ -124,7 +127,7 @@ pub enum SetupError {
 
 /// Runs the suite on `path` (relative to the registry's plugin directory).
 pub async fn run(registry: &PluginRegistry, path: &Path, options: &Options) -> Report {
-    checks::Suite::new(options, nonce())
+    suite::Suite::new(options, nonce())
         .run(registry, path)
         .await
 }

@@ -1,0 +1,48 @@
+"""What a vmop provider written in Python needs besides its cloud's API calls.
+
+- `http.request`: blocking HTTP over wasi:http (world `plugin-http`, wit/http-guest/);
+- `Config`: settings and secrets lookup, a missing key a `permanent` error naming it;
+- `errors`: the contract's error classes to `raise`, and `error_for_status`;
+- `vm_status`: a `vm-status` within the contract's bounds;
+- `log`: lines in the operator's log.
+
+Build a provider with world `plugin-http`:
+
+    componentize-py -d wit/http-guest -w plugin-http componentize app \\
+        -p providers/python -p <your provider's dir> -o provider.wasm
+"""
+
+from wit_world.imports.vmop_provider_types import Phase, PluginInfo
+
+from . import log
+from .config import Config
+from .errors import (
+    error_for_status,
+    invalid_spec,
+    permanent,
+    rate_limited,
+    transient,
+    unauthorized,
+)
+from .http import Response, request
+from .status import vm_status
+
+#: The contract this helper speaks (`info().wit-version`).
+WIT_VERSION = "0.2.0"
+
+__all__ = [
+    "Config",
+    "Phase",
+    "PluginInfo",
+    "Response",
+    "WIT_VERSION",
+    "error_for_status",
+    "invalid_spec",
+    "log",
+    "permanent",
+    "rate_limited",
+    "request",
+    "transient",
+    "unauthorized",
+    "vm_status",
+]

@@ -1,0 +1,23 @@
+"""Answers within the contract's bounds (wit/provider.wit, "Bounds"), so a provider cannot
+fail a call as a contract violation by passing on what its cloud said.
+
+`vm_status` keeps at most 16 addresses of at most 256 bytes (dropping longer ones: a cut
+address would be wrong) and cuts the message to 1024 bytes; an id outside 1..=256 bytes is a
+`permanent` error, as in the Rust SDK, because no cut id names the machine.
+"""
+
+from wit_world.imports.vmop_provider_types import Phase, VmStatus
+
+from .errors import bounded, permanent
+
+MAX_ID = 256
+MAX_ADDRESSES = 16
+MAX_ADDRESS = 256
+
+
+def vm_status(id, phase: Phase, addresses=(), message=None) -> VmStatus:
+    size = len(id.encode("utf-8"))
+    if not 1 <= size <= MAX_ID:
+        raise permanent(f"the cloud answered a machine id of {size} bytes (the contract allows 1..={MAX_ID})")
+    kept = [a for a in addresses if a and len(a.encode("utf-8")) <= MAX_ADDRESS][:MAX_ADDRESSES]
+    return VmStatus(id, phase, kept, None if message is None else bounded(message))

@@ -1,0 +1,93 @@
+//! The operator's API writes per VM lifecycle, counted, not timed: at most the writes a plain
+//! controller-runtime operator makes (finalizer added, status written once, finalizer removed)
+//! plus one Event (`Created`). Counted from the API server's own `apiserver_request_total`
+//! (this test binary has its control plane to itself), minus the test's own create and delete.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::ensure;
+use kube::api::DeleteParams;
+use kube::ResourceExt;
+use vmop::api::ProviderConfig;
+use vmop_tests::operator::writes::api_writes;
+use vmop_tests::operator::{Env, wait_for};
+
+fn operator_bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_vmop-operator"))
+}
+
+const VMS: usize = 5;
+
+#[tokio::test]
+async fn a_vm_lifecycle_costs_the_peers_writes_plus_one_event() -> anyhow::Result<()> {
+    let env = Env::new("writes").await?;
+    // The instant provider (the trivial guest, whose `get` answers "none" once asked to), as
+    // in the peer comparison: no cloud latency, no boot phases.
+    std::fs::copy(
+        vmop_tests::wasm::path("trivial")?,
+        env.plugin_dir.path().join("trivial.wasm"),
+    )?;
+    let mut pc = env.provider_config("instant", "unused");
+    pc.spec.plugin.path = "trivial.wasm".to_owned();
+    pc.spec.config = BTreeMap::from([("get".to_owned(), "none".to_owned())]);
+    pc.spec.credentials_secret_ref = None;
+    pc.spec.allowed_hosts = Vec::new();
+    env.apply_provider_config(&pc).await?;
+    let provider = pc.name_any();
+    let _operator = env.operator().start(operator_bin())?;
+    // Let the ProviderConfig settle first: its status is per ProviderConfig, not per VM.
+    wait_for(
+        env.provider_configs(),
+        &provider,
+        "Ready=True",
+        |pc: Option<&ProviderConfig>| {
+            pc.and_then(|pc| pc.status.as_ref()).is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+            })
+        },
+    )
+    .await?;
+
+    let before = api_writes(&env.client).await?;
+    for i in 0..VMS {
+        env.create_vm(&env.vm(&format!("vm-{i}"), &provider))
+            .await?;
+    }
+    for i in 0..VMS {
+        env.wait_ready(&format!("vm-{i}")).await?;
+    }
+    for i in 0..VMS {
+        env.vms()
+            .delete(&format!("vm-{i}"), &DeleteParams::default())
+            .await?;
+    }
+    for i in 0..VMS {
+        env.wait_gone(&format!("vm-{i}")).await?;
+    }
+    let after = api_writes(&env.client).await?;
+    let per_vm = |key: &str| {
+        let n = after.get(key).copied().unwrap_or(0.0) - before.get(key).copied().unwrap_or(0.0);
+        n / VMS as f64
+    };
+    // The test itself creates and deletes each VM: one POST and one DELETE of virtualmachines.
+    let objects = per_vm("virtualmachines") - 2.0;
+    let status = per_vm("virtualmachines/status");
+    let events = per_vm("events");
+    println!(
+        "operator writes per VM lifecycle: virtualmachines {objects}, status {status}, events {events} \
+         (peer: 2, 1, 0)"
+    );
+    ensure!(
+        objects == 2.0,
+        "finalizer writes per VM: {objects} (expected 2: add, remove)"
+    );
+    ensure!(status == 1.0, "status writes per VM: {status} (expected 1)");
+    ensure!(
+        events <= 1.0,
+        "Events per VM: {events} (expected at most 1)"
+    );
+    Ok(())
+}
