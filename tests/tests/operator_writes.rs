@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::ensure;
-use kube::api::DeleteParams;
 use kube::ResourceExt;
+use kube::api::DeleteParams;
 use vmop::api::ProviderConfig;
 use vmop_tests::operator::writes::api_writes;
 use vmop_tests::operator::{Env, wait_for};

@@ -96,10 +96,9 @@ async fn echoed_secrets_reach_no_log_line_and_no_status() -> anyhow::Result<()> 
     Ok(())
 }
 
-/// The error path: the plugin runtime's own debug line about a provider error still prints the
-/// unredacted message until `sandbox::call` applies `Redactor::call_error` before logging.
+/// The error path: a provider error echoing a secret reaches no log line (`sandbox::call`
+/// redacts the error before logging or returning it).
 #[tokio::test(flavor = "current_thread")]
-#[ignore = "needs sandbox.rs to redact CallError before its debug log (coordinator's file)"]
 async fn echoed_secret_in_an_error_reaches_no_log_line() -> anyhow::Result<()> {
     let captured = capture();
     let (_dir, plugin) = load("exfiltrate").await?;

@@ -62,7 +62,7 @@ pub struct RunArgs {
 
     /// Plugin instances alive at once across all ProviderConfigs (bounds the sum of their
     /// `maxConcurrentCalls`).
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 16)]
     pub max_plugin_instances: u32,
 
     /// Handle only ProviderConfigs with these labels (e.g. `vmop.dev/shard=a`), so that several

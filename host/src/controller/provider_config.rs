@@ -29,6 +29,7 @@ pub async fn reconcile(pc: Arc<ProviderConfig>, ctx: Arc<Context>) -> Result<Act
     let resolved = ctx.resolver.resolve(&pc).await;
     let ready = match &resolved {
         Ok(provider) => {
+            status.credentials = Some(provider.credentials);
             let info = provider.plugin.info();
             status.plugin = Some(PluginStatus {
                 name: info.name.clone(),
@@ -54,6 +55,8 @@ pub async fn reconcile(pc: Arc<ProviderConfig>, ctx: Arc<Context>) -> Result<Act
         }
     };
     let was_ready = conditions::find(&old.conditions, READY).cloned();
+    let passthrough_now = status.credentials.is_some_and(|c| c.is_passthrough());
+    let passthrough_before = old.credentials.is_some_and(|c| c.is_passthrough());
     conditions::set(&mut status.conditions, ready.clone());
     write(&ctx, &pc, &old, &status).await?;
 
@@ -67,6 +70,18 @@ pub async fn reconcile(pc: Arc<ProviderConfig>, ctx: Arc<Context>) -> Result<Act
                 .warning(&*pc, "Load", &ready.reason, ready.message.clone())
                 .await;
         }
+    }
+
+    if passthrough_now && !passthrough_before && pc.spec.credentials_secret_ref.is_some() {
+        ctx.events
+            .warning(
+                &*pc,
+                "Load",
+                "CredentialsPassthrough",
+                "spec.credentials is passthrough: the plugin receives the Secret's values; \
+                 prefer aws-sigv4, bearer or header so that the host signs and the plugin holds no secret",
+            )
+            .await;
     }
 
     match resolved {

@@ -17,6 +17,8 @@
 //!   [`CallContext::label`], bounded per call.
 //! - Every answer is checked against the WIT bounds ([`super::bounds`]) before it is returned;
 //!   one over a bound is [`CallError::ContractViolation`] and its content is dropped.
+//! - Every Secret value the host knows is replaced by `[redacted]` in the answer and in the
+//!   error before either is logged or returned (`tests/tests/redaction.rs`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -28,6 +30,7 @@ use super::bounds::{self, Violation};
 use super::egress::{EgressHooks, EgressPolicy};
 use super::engine::{PluginEngine, WasmError};
 use super::output::CapturedOutput;
+use super::redact::Redactor;
 use super::state::{MAX_CAPTURED_OUTPUT, MemoryCapExceeded, State};
 use super::types::{
     ErrorClass, Fault, Operation, PluginInfo, ProviderError, ProviderSettings, UpdateOutcome,
@@ -151,6 +154,9 @@ pub(crate) trait Export: Send {
 
     /// Checks the answer against the contract's bounds.
     fn check(output: &Self::Output) -> Result<(), Violation>;
+
+    /// Replaces every Secret value the host knows in the answer's text.
+    fn redact(output: Self::Output, redactor: &Redactor) -> Self::Output;
 }
 
 /// Raised by the epoch callback once the call's deadline has passed.
@@ -233,6 +239,13 @@ pub(crate) async fn call<E: Export>(
             timeout: limits.timeout,
         }),
     };
+    // Before anything of it is logged or returned: a plugin must not be able to echo a
+    // credential into logs, status or Events.
+    let redactor = ctx.egress.redactor();
+    let result = match result {
+        Ok(output) => Ok(E::redact(output, redactor)),
+        Err(e) => Err(redactor.call_error(e)),
+    };
     forward_output(&ctx.label, op, "stdout", &stdout);
     forward_output(&ctx.label, op, "stderr", &stderr);
     match &result {
@@ -301,6 +314,10 @@ impl Export for Info {
     fn check(output: &Self::Output) -> Result<(), Violation> {
         bounds::info(output)
     }
+
+    fn redact(output: Self::Output, _: &Redactor) -> Self::Output {
+        output
+    }
 }
 
 /// `location(config)`.
@@ -323,6 +340,12 @@ impl Export for Location {
 
     fn check(output: &Self::Output) -> Result<(), Violation> {
         bounds::result(output, |l| bounds::location(l))
+    }
+
+    fn redact(output: Self::Output, redactor: &Redactor) -> Self::Output {
+        output
+            .map(|l| redactor.string(l))
+            .map_err(|e| redactor.provider_error(e))
     }
 }
 
@@ -348,6 +371,12 @@ impl Export for Find {
     fn check(output: &Self::Output) -> Result<(), Violation> {
         bounds::result(output, |s| s.as_ref().map_or(Ok(()), bounds::status))
     }
+
+    fn redact(output: Self::Output, redactor: &Redactor) -> Self::Output {
+        output
+            .map(|s| s.map(|s| redactor.status(s)))
+            .map_err(|e| redactor.provider_error(e))
+    }
 }
 
 /// `create(config, spec)`.
@@ -372,6 +401,12 @@ impl Export for Create {
     fn check(output: &Self::Output) -> Result<(), Violation> {
         bounds::result(output, bounds::status)
     }
+
+    fn redact(output: Self::Output, redactor: &Redactor) -> Self::Output {
+        output
+            .map(|s| redactor.status(s))
+            .map_err(|e| redactor.provider_error(e))
+    }
 }
 
 /// `get(config, id)`.
@@ -395,6 +430,12 @@ impl Export for Get {
 
     fn check(output: &Self::Output) -> Result<(), Violation> {
         bounds::result(output, |s| s.as_ref().map_or(Ok(()), bounds::status))
+    }
+
+    fn redact(output: Self::Output, redactor: &Redactor) -> Self::Output {
+        output
+            .map(|s| s.map(|s| redactor.status(s)))
+            .map_err(|e| redactor.provider_error(e))
     }
 }
 
@@ -423,6 +464,10 @@ impl Export for Update {
     fn check(output: &Self::Output) -> Result<(), Violation> {
         bounds::result(output, |_| Ok(()))
     }
+
+    fn redact(output: Self::Output, redactor: &Redactor) -> Self::Output {
+        output.map_err(|e| redactor.provider_error(e))
+    }
 }
 
 /// The exports that take `(config, id)` and answer nothing but an error: `start`, `stop`,
@@ -449,6 +494,10 @@ macro_rules! on_id_export {
 
             fn check(output: &Self::Output) -> Result<(), Violation> {
                 bounds::result(output, |_| Ok(()))
+            }
+
+            fn redact(output: Self::Output, redactor: &Redactor) -> Self::Output {
+                output.map_err(|e| redactor.provider_error(e))
             }
         }
     };

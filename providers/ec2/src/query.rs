@@ -150,7 +150,10 @@ pub struct Api {
     service: Service,
     endpoint: Url,
     region: String,
-    credentials: Credentials,
+    /// `None` when the ProviderConfig has the host sign (`credentials: aws-sigv4`, the default):
+    /// then `config.secrets` is empty and the request goes out unsigned, with the service and
+    /// region as hints the host signs for.
+    credentials: Option<Credentials>,
     http: Client,
 }
 
@@ -167,10 +170,14 @@ impl Api {
     }
 
     fn new(service: Service, endpoint: Url, config: &Config) -> Result<Api, ProviderError> {
-        let credentials = Credentials {
-            access_key_id: config.secrets.require("access_key_id")?.to_owned(),
-            secret_access_key: config.secrets.require("secret_access_key")?.to_owned(),
-            session_token: config.secrets.get("session_token").map(str::to_owned),
+        // Host signing hands the plugin no secret; passthrough hands it the keys.
+        let credentials = match config.secrets.get("access_key_id") {
+            None => None,
+            Some(access_key_id) => Some(Credentials {
+                access_key_id: access_key_id.to_owned(),
+                secret_access_key: config.secrets.require("secret_access_key")?.to_owned(),
+                session_token: config.secrets.get("session_token").map(str::to_owned),
+            }),
         };
         Ok(Api {
             service,
@@ -200,7 +207,14 @@ impl Api {
             headers: &headers,
             payload: body.as_bytes(),
         };
-        let auth = sigv4::sign(&self.credentials, scope, unsigned);
+        let auth = match &self.credentials {
+            Some(credentials) => sigv4::sign(credentials, scope, unsigned),
+            // The host signs (and removes these hints before sending).
+            None => vec![
+                ("x-vmop-signing-service".to_owned(), self.service.name.to_owned()),
+                ("x-vmop-signing-region".to_owned(), self.region.clone()),
+            ],
+        };
         let mut request = Request::new(Method::Post, self.endpoint.clone()).body(body);
         request.headers = headers.into_iter().chain(auth).collect();
 

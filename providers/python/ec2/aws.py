@@ -71,8 +71,10 @@ class Api:
     def __init__(self, config, service, endpoint):
         self.service, self.endpoint = service, endpoint.rstrip("/")
         self.region = config.require("region")
-        self.key_id = config.require_secret("access_key_id")
-        self.secret = config.require_secret("secret_access_key")
+        # Under host-side signing (`credentials: aws-sigv4`, the default) the plugin holds no
+        # key: the request goes out unsigned with the service and region as hints for the host.
+        self.key_id = config.secret("access_key_id")
+        self.secret = config.require_secret("secret_access_key") if self.key_id else None
         self.token = config.secret("session_token")
 
     def call(self, action, params=()):
@@ -92,6 +94,10 @@ class Api:
     def _headers(self, body):
         """SigV4 for a form POST: the canonical request signs content-type, host, the date
         and the session token, and the payload's hash."""
+        if not self.key_id:
+            return [("content-type", _CONTENT_TYPE),
+                    ("x-vmop-signing-service", self.service),
+                    ("x-vmop-signing-region", self.region)]
         amz_date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         headers = {"content-type": _CONTENT_TYPE, "host": urlsplit(self.endpoint).netloc,
                    "x-amz-date": amz_date}
