@@ -99,6 +99,8 @@ struct World {
     gone: bool,
     /// The oldest version the operator's informer may still show.
     informer_floor: usize,
+    /// The create in progress reached the cloud's state.
+    acted: bool,
     log: Vec<String>,
 }
 
@@ -131,6 +133,7 @@ impl World {
             versions: vec![vm],
             gone: false,
             informer_floor: 0,
+            acted: false,
             log: Vec::new(),
         }
     }
@@ -318,6 +321,43 @@ impl Fake<'_> {
         std::future::pending::<T>().await
     }
 
+    async fn create_machine(&mut self) -> Result<VmStatus, Error> {
+        self.perform(Operation::Create, "create".into(), |f| {
+            f.world.acted = true;
+            let at = f.location.clone();
+            let w = &mut *f.world;
+            // Idempotent on the uid against the cloud's true state, as EC2's ClientToken is.
+            let existing = w
+                .machines
+                .iter()
+                .find(|m| m.live && m.uid == UID && m.location == at && m.deleting_until.is_none());
+            let id = match existing {
+                Some(m) => m.id.clone(),
+                None => {
+                    w.next_id += 1;
+                    let id = format!("i-{}", w.next_id);
+                    let lag = Duration::from_secs(w.rng.below(MAX_LAG.as_secs() + 1));
+                    w.machines.push(Machine {
+                        id: id.clone(),
+                        uid: UID.into(),
+                        location: at,
+                        live: true,
+                        visible_at: w.now + lag,
+                        deleting_until: None,
+                    });
+                    id
+                }
+            };
+            Ok(VmStatus {
+                id,
+                phase: Phase::Running,
+                addresses: Vec::new(),
+                message: None,
+            })
+        })
+        .await
+    }
+
     fn guarded(&mut self, change: impl FnOnce(&mut VirtualMachine)) -> Result<(), Error> {
         let Some(latest) = self.world.latest() else {
             return Err(conflict());
@@ -378,42 +418,16 @@ impl Effects for Fake<'_> {
         .await
     }
 
-    async fn create(&mut self) -> Result<VmStatus, Error> {
-        self.perform(Operation::Create, "create".into(), |f| {
-            let at = f.location.clone();
-            let w = &mut *f.world;
-            // Idempotent on the uid against the cloud's true state, as EC2's ClientToken is.
-            let existing = w
-                .machines
-                .iter()
-                .find(|m| m.live && m.uid == UID && m.location == at && m.deleting_until.is_none());
-            let id = match existing {
-                Some(m) => m.id.clone(),
-                None => {
-                    w.next_id += 1;
-                    let id = format!("i-{}", w.next_id);
-                    let lag = Duration::from_secs(w.rng.below(MAX_LAG.as_secs() + 1));
-                    w.machines.push(Machine {
-                        id: id.clone(),
-                        uid: UID.into(),
-                        location: at,
-                        live: true,
-                        visible_at: w.now + lag,
-                        deleting_until: None,
-                    });
-                    id
-                }
-            };
-            Ok(VmStatus {
-                id,
-                phase: Phase::Running,
-                addresses: Vec::new(),
-                message: None,
-            })
-        })
-        .await
+    async fn create(&mut self) -> (Result<VmStatus, Error>, bool) {
+        let result = self.create_machine().await;
+        // A failure before acting may or may not have been sent (a refused connection, or a
+        // 5xx): claim "not sent" only for some of them, and only when nothing acted.
+        let acted = self.world.acted;
+        self.world.acted = false;
+        let unsent_proof = matches!(result, Err(Error::Throttled { .. }))
+            || (!acted && result.is_err() && self.world.rng.chance(50));
+        (result, !unsent_proof)
     }
-
     async fn delete(&mut self, id: &str) -> Result<(), Error> {
         self.perform(Operation::Delete, format!("delete {id}"), |f| {
             let location = f.location.clone();

@@ -81,3 +81,49 @@ async fn missing_provider_config_keeps_the_finalizer_until_it_returns() -> anyho
     );
     Ok(())
 }
+
+/// Issue 8, path 10: a VM whose creates all failed without reaching the cloud (the endpoint
+/// refuses connections) is deleted while the endpoint stays down: the sandbox proves no
+/// request left the host, so no machine can exist and no cloud call is needed. Before, the
+/// deletion looked the machine up by calling `create` and stayed stuck until the endpoint came
+/// back.
+#[tokio::test]
+async fn a_vm_whose_creates_never_reached_the_cloud_is_deleted_while_the_endpoint_is_down()
+-> anyhow::Result<()> {
+    let env = Env::new("unreached").await?;
+    let proxy = vmop_tests::faults::FaultProxy::to_port(env.moto.port())?;
+    let mut pc = env.provider_config("aws", "creds-aws");
+    pc.spec.config.insert("endpoint".into(), proxy.endpoint());
+    pc.spec.allowed_hosts = vec![proxy.endpoint()];
+    env.standard_provider("aws").await?;
+    env.apply_provider_config(&pc).await?;
+    let provider = pc.name_any();
+    let operator = env.operator().start(operator_bin())?;
+    // One VM made while the endpoint works: the ProviderConfig's location is known.
+    env.create_vm(&env.vm("early", &provider)).await?;
+    env.wait_ready("early").await?;
+
+    drop(proxy);
+    env.create_vm(&env.vm("doomed", &provider)).await?;
+    operator
+        .wait_calls("a failed create of doomed", |calls| {
+            calls
+                .iter()
+                .any(|c| c.vm.ends_with("/doomed") && c.op == "create" && c.outcome != "ok")
+        })
+        .await?;
+    let before = operator.calls_for("doomed").len();
+    env.vms().delete("doomed", &DeleteParams::default()).await?;
+    env.wait_gone("doomed").await?;
+    let during: Vec<String> = operator
+        .calls_for("doomed")
+        .iter()
+        .skip(before)
+        .map(|c| c.op.clone())
+        .collect();
+    ensure!(
+        !during.iter().any(|op| op == "create"),
+        "deletion called create: {during:?}"
+    );
+    Ok(())
+}

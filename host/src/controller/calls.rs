@@ -31,9 +31,21 @@ impl Calls<'_> {
             .await
     }
 
-    pub async fn create(&self, spec: &VmSpec) -> Result<VmStatus, Error> {
-        self.call(Operation::Create, |p| p.plugin.create(&p.call, spec))
-            .await
+    /// `create`, and whether it may have reached the cloud (`false` proves nothing was sent:
+    /// throttled here, refused by the egress policy, or no connection made).
+    pub async fn create(&self, spec: &VmSpec) -> (Result<VmStatus, Error>, bool) {
+        let op = Operation::Create;
+        let _permit = match self.provider.try_permit(&self.vm) {
+            Ok(permit) => permit,
+            Err(retry_after) => return (Err(Error::Throttled { op, retry_after }), false),
+        };
+        let started = Instant::now();
+        let (result, reached) = self
+            .provider
+            .plugin
+            .create_traced(&self.provider.call, spec)
+            .await;
+        (self.record(op, result, started.elapsed()), reached)
     }
 
     pub async fn get(&self, id: &str) -> Result<Option<VmStatus>, Error> {

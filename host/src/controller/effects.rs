@@ -30,8 +30,9 @@ pub trait Effects: Send {
     /// `find(uid)` of this VM.
     fn find(&mut self) -> impl Future<Output = Result<Option<VmStatus>, Error>> + Send;
     fn get(&mut self, id: &str) -> impl Future<Output = Result<Option<VmStatus>, Error>> + Send;
-    /// `create` of this VM's spec.
-    fn create(&mut self) -> impl Future<Output = Result<VmStatus, Error>> + Send;
+    /// `create` of this VM's spec, and whether the attempt may have reached the cloud (`false`
+    /// must be a proof that nothing was sent).
+    fn create(&mut self) -> impl Future<Output = (Result<VmStatus, Error>, bool)> + Send;
     fn delete(&mut self, id: &str) -> impl Future<Output = Result<(), Error>> + Send;
     /// Writes the status, guarded by the resourceVersion last read or written: a stale view
     /// fails instead of overwriting newer state.
@@ -119,7 +120,7 @@ impl Effects for Live<'_> {
         self.calls.get(id).await
     }
 
-    async fn create(&mut self) -> Result<VmStatus, Error> {
+    async fn create(&mut self) -> (Result<VmStatus, Error>, bool) {
         self.calls.create(&self.spec).await
     }
 

@@ -289,10 +289,7 @@ impl<E: Effects> Run<'_, E> {
     /// Creates (or, idempotently, gets back) the machine and records it with its location in
     /// one write.
     async fn create(&mut self, location: String) -> Result<Outcome, Error> {
-        let result = self.fx.create().await;
-        // Only our own throttle proves nothing was sent; any other outcome may have made a
-        // machine.
-        let reached = !matches!(result, Err(Error::Throttled { .. }));
+        let (result, reached) = self.fx.create().await;
         self.attempts.create_ended(self.uid, &location, reached);
         let machine = result?;
         vm_status::observed(self.status, self.vm, &machine);

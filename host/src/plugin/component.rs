@@ -105,11 +105,26 @@ impl Plugin {
     }
 
     pub async fn create(&self, ctx: &CallContext, spec: &VmSpec) -> Result<VmStatus, CallError> {
+        self.create_traced(ctx, spec).await.0
+    }
+
+    /// `create`, also saying whether the call may have reached the cloud: `false` proves that
+    /// no request left the host, so no machine can have been made.
+    pub async fn create_traced(
+        &self,
+        ctx: &CallContext,
+        spec: &VmSpec,
+    ) -> (Result<VmStatus, CallError>, bool) {
         let export = sandbox::Create {
             config: ProviderConfig::from(&ctx.settings),
             spec: spec.into(),
         };
-        Ok(sandbox::call(&self.engine, &self.pre, ctx, export).await??)
+        let (result, reached) = sandbox::call_traced(&self.engine, &self.pre, ctx, export).await;
+        let result = match result {
+            Ok(answer) => answer.map_err(CallError::from),
+            Err(e) => Err(e),
+        };
+        (result, reached)
     }
 
     pub async fn get(&self, ctx: &CallContext, id: &str) -> Result<Option<VmStatus>, CallError> {

@@ -27,7 +27,7 @@ use wasmtime::{Store, Trap, UpdateDeadline};
 
 use super::bindings::{self, wit_provider};
 use super::bounds::{self, Violation};
-use super::egress::{EgressHooks, EgressPolicy};
+use super::egress::{EgressHooks, EgressPolicy, NetTrace};
 use super::engine::{PluginEngine, WasmError};
 use super::output::CapturedOutput;
 use super::redact::Redactor;
@@ -171,6 +171,18 @@ pub(crate) async fn call<E: Export>(
     ctx: &CallContext,
     export: E,
 ) -> Result<E::Output, CallError> {
+    call_traced(engine, pre, ctx, export).await.0
+}
+
+/// [`call`], also saying whether any HTTP request of the call may have reached a server
+/// (`false` is a proof that nothing was sent: see [`NetTrace`]).
+pub(crate) async fn call_traced<E: Export>(
+    engine: &PluginEngine,
+    pre: &bindings::PluginPre<State>,
+    ctx: &CallContext,
+    export: E,
+) -> (Result<E::Output, CallError>, bool) {
+    let trace = NetTrace::default();
     let op = E::OP.as_str();
     let limits = ctx.limits;
     let started = Instant::now();
@@ -193,6 +205,7 @@ pub(crate) async fn call<E: Export>(
             deadline,
             max_response_bytes: limits.max_response_bytes,
             label: ctx.label.clone(),
+            trace: trace.clone(),
         };
         let state = State::new(hooks, memory_cap, deadline, stdout.clone(), stderr.clone());
         let mut store = Store::new(engine.engine(), state);
@@ -259,7 +272,7 @@ pub(crate) async fn call<E: Export>(
             tracing::warn!(provider = %ctx.label, op, error = %e, fault = ?e.fault(), "plugin call failed")
         }
     }
-    result
+    (result, trace.reached())
 }
 
 fn classify(

@@ -25,6 +25,7 @@ use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpH
 use super::EgressPolicy;
 use super::connect::{self, IoFuture};
 use super::policy::Denial;
+use super::trace::NetTrace;
 
 /// The largest request body the host buffers to sign (SigV4 hashes the body). Cloud control
 /// APIs send kilobytes; a larger body is refused with `HttpRequestBodySize`.
@@ -38,6 +39,8 @@ pub(crate) struct EgressHooks {
     pub max_response_bytes: u64,
     /// For the log lines of denied requests.
     pub label: String,
+    /// Whether a request may have reached a server (read by the sandbox after the call).
+    pub trace: NetTrace,
 }
 
 impl fmt::Debug for EgressHooks {
@@ -62,6 +65,7 @@ impl WasiHttpHooks for EgressHooks {
         let remaining = self.deadline.saturating_duration_since(Instant::now());
         let options = clamp_options(options, remaining);
         let limit = self.max_response_bytes;
+        let trace = self.trace.clone();
         Box::new(async move {
             let uri = request.uri().clone();
             let deny = |reason: &Denial| {
@@ -98,7 +102,12 @@ impl WasiHttpHooks for EgressHooks {
                     http::Request::from_parts(parts, body)
                 }
             };
-            send_bounded(request, &target, &addresses, options, limit).await
+            trace.started();
+            let sent = send_bounded(request, &target, &addresses, options, limit).await;
+            if let Err(e) = &sent {
+                trace.failed(e);
+            }
+            sent
         })
     }
 }

@@ -8,6 +8,7 @@
 //! - [`connect`]: sending a request to a checked address (TLS, HTTP/1.1).
 //! - [`hooks`]: `EgressHooks`, the per-call hook applying all of the above, the call's deadline
 //!   and the response size bound.
+//! - [`trace`]: `NetTrace`, whether a call's requests may have reached a server.
 
 mod address;
 mod allowlist;
@@ -15,9 +16,11 @@ mod connect;
 mod hooks;
 mod policy;
 mod resolve;
+mod trace;
 
 pub use allowlist::EgressParseError;
 pub(crate) use hooks::EgressHooks;
 pub use hooks::MAX_SIGNED_BODY_BYTES;
 pub use policy::EgressPolicy;
 pub use resolve::{Resolve, ResolveFuture, StaticResolver, SystemResolver};
+pub(crate) use trace::NetTrace;
