@@ -4,6 +4,7 @@
 
 pub mod child;
 pub mod controlplane;
+pub mod faults;
 pub mod gated;
 pub mod moto;
 pub mod operator;

@@ -4,10 +4,12 @@
 //! so calls can be counted.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use super::context::Context;
 use super::error::Error;
+use super::limiter::Permit;
 use super::provider::Provider;
 use crate::plugin::{CallError, Operation, UpdateOutcome, VmSpec, VmStatus};
 use crate::telemetry::metrics::CallOutcome;
@@ -18,6 +20,8 @@ pub struct Calls<'a> {
     pub ctx: &'a Context,
     pub provider: &'a Provider,
     pub vm: String,
+    /// Permits taken so far in this reconcile (what a throttled attempt reserves for the next).
+    pub taken: AtomicU32,
 }
 
 impl Calls<'_> {
@@ -35,7 +39,7 @@ impl Calls<'_> {
     /// throttled here, refused by the egress policy, or no connection made).
     pub async fn create(&self, spec: &VmSpec) -> (Result<VmStatus, Error>, bool) {
         let op = Operation::Create;
-        let _permit = match self.provider.try_permit(&self.vm) {
+        let _permit = match self.permit() {
             Ok(permit) => permit,
             Err(retry_after) => return (Err(Error::Throttled { op, retry_after }), false),
         };
@@ -82,12 +86,19 @@ impl Calls<'_> {
         F: Future<Output = Result<T, CallError>>,
     {
         let _permit = self
-            .provider
-            .try_permit(&self.vm)
+            .permit()
             .map_err(|retry_after| Error::Throttled { op, retry_after })?;
         let started = Instant::now();
         let result = call(self.provider).await;
         self.record(op, result, started.elapsed())
+    }
+
+    fn permit(&self) -> Result<Permit, Duration> {
+        let permit = self
+            .provider
+            .try_permit(&self.vm, self.taken.load(Ordering::Relaxed))?;
+        self.taken.fetch_add(1, Ordering::Relaxed);
+        Ok(permit)
     }
 
     fn record<T>(

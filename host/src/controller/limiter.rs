@@ -78,6 +78,13 @@ impl TokenBucket {
     }
 }
 
+/// Tokens set aside for one caller: usable from `due`, `left` of them.
+#[derive(Debug, Clone, Copy)]
+struct Reservation {
+    due: Instant,
+    left: u32,
+}
+
 /// How long a caller turned away by the concurrency cap waits before trying again.
 pub const BUSY_RETRY: Duration = Duration::from_millis(200);
 
@@ -86,8 +93,8 @@ pub const BUSY_RETRY: Duration = Duration::from_millis(200);
 pub struct Limiter {
     limits: Limits,
     bucket: Mutex<TokenBucket>,
-    /// Tokens set aside for callers, by caller key, with when each is due.
-    reservations: Mutex<HashMap<String, Instant>>,
+    /// Tokens set aside for callers, by caller key.
+    reservations: Mutex<HashMap<String, Reservation>>,
     in_flight: Arc<Semaphore>,
 }
 
@@ -111,9 +118,13 @@ impl Limiter {
         }
     }
 
-    /// A permit now, or how long `caller` should wait before asking again (its token is then
-    /// reserved). Never waits.
-    pub fn try_acquire(&self, caller: &str) -> Result<Permit, Duration> {
+    /// A permit now, or how long `caller` should wait before asking again. `taken` is how many
+    /// permits the caller already got in the attempt being throttled: the reservation then sets
+    /// aside `taken + 1` tokens, so that the next attempt can make all of its calls (a
+    /// reconcile repeats its reads before the call that was throttled; reserving one token
+    /// would have it spend that token on the first read every time and never reach the write:
+    /// `try_acquire_reserves_for_the_whole_attempt`). Never waits.
+    pub fn try_acquire(&self, caller: &str, taken: u32) -> Result<Permit, Duration> {
         let now = Instant::now();
         let slot = self
             .in_flight
@@ -124,25 +135,29 @@ impl Limiter {
             .reservations
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if let Some(due) = reservations.get(caller).copied() {
-            if due > now {
-                return Err(due - now);
+        if let Some(reserved) = reservations.get_mut(caller) {
+            if reserved.due > now {
+                return Err(reserved.due - now);
             }
-            reservations.remove(caller);
+            reserved.left = reserved.left.saturating_sub(1);
+            if reserved.left == 0 {
+                reservations.remove(caller);
+            }
             return Ok(Permit { _slot: Some(slot) });
         }
-        let reserved = self
-            .bucket
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .reserve(now);
-        match reserved {
-            None => Ok(Permit { _slot: Some(slot) }),
-            Some(due) => {
-                reservations.insert(caller.to_owned(), due);
-                Err(due - now)
+        let mut bucket = self.bucket.lock().unwrap_or_else(PoisonError::into_inner);
+        if bucket.try_take(now).is_ok() {
+            return Ok(Permit { _slot: Some(slot) });
+        }
+        let need = taken.saturating_add(1);
+        let mut due = now;
+        for _ in 0..need {
+            if let Some(at) = bucket.reserve(now) {
+                due = due.max(at);
             }
         }
+        reservations.insert(caller.to_owned(), Reservation { due, left: need });
+        Err(due - now)
     }
 
     /// Waits for a concurrency slot, then for a token.
@@ -262,9 +277,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn try_acquire_never_waits_and_spaces_callers() {
         let limiter = Limiter::new(&limits(2, 1, 100));
-        assert!(limiter.try_acquire("a").is_ok(), "the burst is free");
-        let b = limiter.try_acquire("b").unwrap_err();
-        let c = limiter.try_acquire("c").unwrap_err();
+        assert!(limiter.try_acquire("a", 0).is_ok(), "the burst is free");
+        let b = limiter.try_acquire("b", 0).unwrap_err();
+        let c = limiter.try_acquire("c", 0).unwrap_err();
         assert_eq!(b, Duration::from_millis(500));
         assert_eq!(
             c,
@@ -272,7 +287,7 @@ mod tests {
             "reservations queue at the rate"
         );
         assert_eq!(
-            limiter.try_acquire("b").unwrap_err(),
+            limiter.try_acquire("b", 0).unwrap_err(),
             b,
             "asking again early keeps the same reservation"
         );
@@ -289,10 +304,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn try_acquire_is_refused_at_the_concurrency_cap() {
         let limiter = Limiter::new(&limits(1000, 1000, 1));
-        let held = limiter.try_acquire("a").unwrap();
-        assert_eq!(limiter.try_acquire("b").unwrap_err(), BUSY_RETRY);
+        let held = limiter.try_acquire("a", 0).unwrap();
+        assert_eq!(limiter.try_acquire("b", 0).unwrap_err(), BUSY_RETRY);
         drop(held);
-        assert!(limiter.try_acquire("b").is_ok());
+        assert!(limiter.try_acquire("b", 0).is_ok());
     }
 
     #[test]

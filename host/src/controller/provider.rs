@@ -112,8 +112,8 @@ impl Provider {
 
     /// A permit for one call by `caller` (hold it for the duration of the call), or how long
     /// to wait before asking again. Never waits.
-    pub fn try_permit(&self, caller: &str) -> Result<Permit, Duration> {
-        self.limiter.try_acquire(caller)
+    pub fn try_permit(&self, caller: &str, taken: u32) -> Result<Permit, Duration> {
+        self.limiter.try_acquire(caller, taken)
     }
 }
 

@@ -85,6 +85,7 @@ pub async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Req
         ctx: &ctx,
         provider: &provider,
         vm: format!("{namespace}/{}", vm.name_any()),
+        taken: Default::default(),
     };
     let facts = facts(&vm, &ctx.attempts, provider.grace);
     let mut effects = Live::new(calls, &api, &ctx.events, spec, (*vm).clone());

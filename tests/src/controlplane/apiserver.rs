@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::launch::{Component, LaunchError, Launched, args};
 use super::pki::Pki;
+use super::process::Process;
 
 /// Where the apiserver keeps what it generates itself (its loopback client certificate).
 const CERT_DIR: &str = "apiserver-certs";
@@ -22,13 +23,7 @@ pub async fn start(
     timeout: Duration,
 ) -> Result<Launched, LaunchError> {
     let cert_dir = dir.join(CERT_DIR);
-    let component = Component {
-        name: "kube-apiserver",
-        program,
-        log: dir.join("kube-apiserver.log"),
-        ports: 1,
-        timeout,
-    };
+    let component = component(program, dir, timeout);
     component
         .launch(
             |ports| {
@@ -73,6 +68,45 @@ pub async fn start(
             },
         )
         .await
+}
+
+/// Kills the running kube-apiserver `process` and starts it again with the same flags (same
+/// port, same etcd), then waits until it answers `/readyz` on `port`.
+pub async fn restart(
+    program: &Path,
+    dir: &Path,
+    process: &Process,
+    port: u16,
+    admin: &kube::Config,
+    timeout: Duration,
+) -> Result<(), LaunchError> {
+    let component = component(program, dir, timeout);
+    eprintln!("controlplane: restarting kube-apiserver (port {port})");
+    process.respawn().map_err(|source| LaunchError::Spawn {
+        name: component.name,
+        source,
+    })?;
+    component
+        .wait_ready(process, || {
+            let mut config = admin.clone();
+            async move {
+                config.cluster_url = url(port)
+                    .parse()
+                    .map_err(|error| format!("bad apiserver URL: {error}"))?;
+                probe(config, "/readyz").await
+            }
+        })
+        .await
+}
+
+fn component<'a>(program: &'a Path, dir: &Path, timeout: Duration) -> Component<'a> {
+    Component {
+        name: "kube-apiserver",
+        program,
+        log: dir.join("kube-apiserver.log"),
+        ports: 1,
+        timeout,
+    }
 }
 
 pub fn url(port: u16) -> String {

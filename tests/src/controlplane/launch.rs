@@ -113,7 +113,9 @@ impl Component<'_> {
         }
     }
 
-    async fn wait_ready<Probe, Fut>(
+    /// Waits until `probe` succeeds for `process` (already started), it exits, or the timeout
+    /// passes.
+    pub(super) async fn wait_ready<Probe, Fut>(
         &self,
         process: &Process,
         mut probe: Probe,

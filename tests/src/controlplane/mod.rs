@@ -91,10 +91,19 @@ impl Default for Options {
 }
 
 static SHARED: tokio::sync::OnceCell<ControlPlane> = tokio::sync::OnceCell::const_new();
+static ISOLATED: tokio::sync::OnceCell<ControlPlane> = tokio::sync::OnceCell::const_new();
 
 /// Runs at process exit, so it must not panic: nothing here does.
 extern "C" fn stop_shared() {
-    if let Some(control_plane) = SHARED.get() {
+    stop_static(&SHARED);
+}
+
+extern "C" fn stop_isolated() {
+    stop_static(&ISOLATED);
+}
+
+fn stop_static(cell: &tokio::sync::OnceCell<ControlPlane>) {
+    if let Some(control_plane) = cell.get() {
         control_plane.kill();
         // Best effort: a failure only leaves the directory for the next start to remove.
         let _ = std::fs::remove_dir_all(control_plane.dir());
@@ -113,6 +122,7 @@ pub struct ControlPlane {
     kubeconfig: PathBuf,
     users_dir: PathBuf,
     next_user: AtomicUsize,
+    apiserver_port: u16,
     controller_manager: tokio::sync::OnceCell<Process>,
     apiserver: Process,
     etcd: Process,
@@ -129,6 +139,19 @@ impl ControlPlane {
             .get_or_try_init(|| async {
                 let control_plane = Self::start().await?;
                 at_exit::register(stop_shared);
+                Ok(control_plane)
+            })
+            .await
+    }
+
+    /// A second control plane of this binary, separate from [`Self::shared`], for a test that
+    /// disturbs it (restarts the apiserver) while other tests use the shared one. Started on
+    /// first use, stopped at exit like the shared one.
+    pub async fn isolated() -> Result<&'static Self, ControlPlaneError> {
+        ISOLATED
+            .get_or_try_init(|| async {
+                let control_plane = Self::start().await?;
+                at_exit::register(stop_isolated);
                 Ok(control_plane)
             })
             .await
@@ -184,7 +207,8 @@ impl ControlPlane {
         )
         .await
         .map_err(ControlPlaneError::Launch)?;
-        let server_url = apiserver::url(apiserver.ports.first().copied().unwrap_or_default());
+        let apiserver_port = apiserver.ports.first().copied().unwrap_or_default();
+        let server_url = apiserver::url(apiserver_port);
         write_admin_kubeconfig(&server_url).map_err(ControlPlaneError::Kubeconfig)?;
 
         let control_plane = Self {
@@ -195,6 +219,7 @@ impl ControlPlane {
             kubeconfig,
             users_dir,
             next_user: AtomicUsize::new(0),
+            apiserver_port,
             controller_manager: tokio::sync::OnceCell::new(),
             apiserver: apiserver.process,
             etcd: etcd.launched.process,
@@ -232,6 +257,26 @@ impl ControlPlane {
             })
             .await
             .map(drop)
+    }
+
+    /// Restarts kube-apiserver as a crash and a supervisor would: SIGKILL, then the same
+    /// binary with the same flags on the same port, against the same etcd (which keeps running,
+    /// so every object survives). Returns once `/readyz` answers again. Every client keeps
+    /// working after it: the URL, CA and credentials are unchanged.
+    pub async fn restart_apiserver(&self) -> Result<(), ControlPlaneError> {
+        let admin = kubeconfig::config(&self.kubeconfig)
+            .await
+            .map_err(ControlPlaneError::Kubeconfig)?;
+        apiserver::restart(
+            &self.binaries.kube_apiserver(),
+            self.dir.path(),
+            &self.apiserver,
+            self.apiserver_port,
+            &admin,
+            self.options.timeout,
+        )
+        .await
+        .map_err(ControlPlaneError::Launch)
     }
 
     /// A client acting as the admin (`system:masters`), bound to the calling runtime.

@@ -38,35 +38,46 @@ pub enum ProcessError {
 #[derive(Debug)]
 pub struct Process {
     child: Mutex<Child>,
+    program: PathBuf,
+    args: Vec<OsString>,
     log: PathBuf,
 }
 
 impl Process {
     /// Starts `program` with `args`, writing its output to `log`.
     pub fn spawn(program: &Path, args: Vec<OsString>, log: PathBuf) -> Result<Self, ProcessError> {
-        let log_error = |source| ProcessError::Log {
+        let file = File::create(&log).map_err(|source| ProcessError::Log {
             path: log.clone(),
             source,
-        };
-        let stdout = File::create(&log).map_err(log_error)?;
-        let stderr = stdout.try_clone().map_err(log_error)?;
-        let mut command = Command::new(program);
-        command
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(stdout)
-            .stderr(stderr);
-        crate::child::die_with_parent(&mut command, crate::child::Group::Inherit);
-        let child = spawn_on_keeper_thread(command).and_then(|spawned| {
-            spawned.map_err(|source| ProcessError::Spawn {
-                program: program.to_path_buf(),
-                source,
-            })
         })?;
+        let child = start(program, &args, &log, file)?;
         Ok(Self {
             child: Mutex::new(child),
+            program: program.to_path_buf(),
+            args,
             log,
         })
+    }
+
+    /// Kills the process (SIGKILL, as a crash would) and starts the same command again, its
+    /// output appended to the same log. The new process has a new pid.
+    pub fn respawn(&self) -> Result<(), ProcessError> {
+        let mut child = self.lock();
+        if let Ok(None) = child.try_wait() {
+            // Errors mean it already exited, which is what we want.
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let file = File::options()
+            .append(true)
+            .create(true)
+            .open(&self.log)
+            .map_err(|source| ProcessError::Log {
+                path: self.log.clone(),
+                source,
+            })?;
+        *child = start(&self.program, &self.args, &self.log, file)?;
+        Ok(())
     }
 
     pub fn pid(&self) -> u32 {
@@ -106,6 +117,27 @@ impl Drop for Process {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Starts `program` with `args`, its stdout and stderr going to `file` (the log at `log`).
+fn start(program: &Path, args: &[OsString], log: &Path, file: File) -> Result<Child, ProcessError> {
+    let stderr = file.try_clone().map_err(|source| ProcessError::Log {
+        path: log.to_path_buf(),
+        source,
+    })?;
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(file)
+        .stderr(stderr);
+    crate::child::die_with_parent(&mut command, crate::child::Group::Inherit);
+    spawn_on_keeper_thread(command).and_then(|spawned| {
+        spawned.map_err(|source| ProcessError::Spawn {
+            program: program.to_path_buf(),
+            source,
+        })
+    })
 }
 
 /// The end of a log file, lossily decoded; a note instead if it cannot be read.
