@@ -293,12 +293,12 @@ mod tests {
         );
         tokio::time::advance(b).await;
         assert!(
-            limiter.try_acquire("b").is_ok(),
+            limiter.try_acquire("b", 0).is_ok(),
             "a due reservation is honoured"
         );
-        assert!(limiter.try_acquire("c").is_err());
+        assert!(limiter.try_acquire("c", 0).is_err());
         tokio::time::advance(Duration::from_millis(500)).await;
-        assert!(limiter.try_acquire("c").is_ok());
+        assert!(limiter.try_acquire("c", 0).is_ok());
     }
 
     #[tokio::test(start_paused = true)]
