@@ -3,9 +3,9 @@
 //! and API server under a paused clock, through thousands of seeded random schedules of
 //! faults:
 //!
-//! - the cloud lags (a new machine stays invisible to `get` and `find` for up to
-//!   [`MAX_LAG`]), loses responses after acting, fails transiently, throttles, and takes a
-//!   while to delete;
+//! - the cloud lags (a new machine stays invisible to `get`, `find` and `create`'s own
+//!   idempotency check for up to [`MAX_LAG`], as moto's tag search does), loses responses after
+//!   acting, fails transiently, throttles, and takes a while to delete;
 //! - the operator crashes at any await point (before or after the effect lands), restarting
 //!   with a new epoch of knowledge;
 //! - the operator reads a stale view of the VM (its informer lags, monotonically);
@@ -326,11 +326,17 @@ impl Fake<'_> {
             f.world.acted = true;
             let at = f.location.clone();
             let w = &mut *f.world;
-            // Idempotent on the uid against the cloud's true state, as EC2's ClientToken is.
-            let existing = w
-                .machines
-                .iter()
-                .find(|m| m.live && m.uid == UID && m.location == at && m.deleting_until.is_none());
+            // Idempotent on the uid only as far as the cloud's lagging reads show (the ec2
+            // provider's tag search against moto, which ignores ClientToken): a machine made
+            // moments ago and not visible yet is not found, and a second one is made.
+            let now = w.now;
+            let existing = w.machines.iter().find(|m| {
+                m.live
+                    && m.uid == UID
+                    && m.location == at
+                    && m.deleting_until.is_none()
+                    && now >= m.visible_at
+            });
             let id = match existing {
                 Some(m) => m.id.clone(),
                 None => {

@@ -10,9 +10,9 @@
 //! # Guarantees (each holds for every input; `tests` here, and `host/tests/simulation.rs`
 //! checks them over thousands of random schedules with crashes, lag and lost responses)
 //!
-//! - Never creates while deleting, and never creates without a `find`-free reason: `create` is
-//!   idempotent on the uid, so a VM without a recorded id is created (or given back its machine)
-//!   only while it is not being deleted.
+//! - Never creates while deleting. A VM without a recorded id is created at once only when no
+//!   earlier create can have made a machine; otherwise `find` is asked first, and a new create
+//!   waits until the grace period says an earlier one would show.
 //! - Absence proves nothing alone: a recorded machine that `get` no longer sees counts as lost
 //!   (recreate) or gone (release the finalizer) only when `find` by uid agrees, the creation
 //!   grace period has passed ([`Facts::absence_wait`] is zero) and the ProviderConfig's location
@@ -129,6 +129,27 @@ fn decide_apply(facts: &Facts, seen: &Observed) -> Step {
         let Some(current) = &seen.location else {
             return Step::Location;
         };
+        // A create whose outcome is unknown (ours, or an earlier operator's) may yet show its
+        // machine: look for it, and create again only once the grace period says it would
+        // show. A cloud without server-side idempotency (moto ignores EC2's ClientToken)
+        // would otherwise get a second machine from a create racing one still in flight.
+        let unknown = !facts.never_created;
+        let here = facts
+            .intended_location
+            .as_ref()
+            .is_none_or(|i| i == current);
+        if unknown && here {
+            match &seen.find {
+                None => return Step::Find,
+                Some(Some(machine)) => return Step::Act(Action::Observe(machine.clone())),
+                Some(None) if facts.absence_wait > Duration::ZERO => {
+                    return Step::Act(Action::AwaitAbsence {
+                        remaining: facts.absence_wait,
+                    });
+                }
+                Some(None) => {}
+            }
+        }
         return Step::Act(match &facts.intended_location {
             Some(intended) if intended == current => Action::Create {
                 location: current.clone(),
@@ -304,6 +325,7 @@ mod tests {
         let f = Facts {
             id: None,
             recorded_location: None,
+            never_created: true,
             ..facts()
         };
         let (action, asked) = run(&f, None, None, HERE);
@@ -317,11 +339,45 @@ mod tests {
     }
 
     #[test]
+    fn a_create_of_unknown_outcome_is_looked_for_and_not_raced() {
+        let unknown = Facts {
+            id: None,
+            recorded_location: None,
+            absence_wait: Duration::from_secs(20),
+            ..facts()
+        };
+        let found = machine("i-7", Phase::Running);
+        let (action, asked) = run(&unknown, None, Some(found.clone()), HERE);
+        assert_eq!(
+            action,
+            Action::Observe(found),
+            "the machine it made is adopted"
+        );
+        assert_eq!(asked, ["location", "find"]);
+        assert!(
+            matches!(
+                run(&unknown, None, None, HERE).0,
+                Action::AwaitAbsence { .. }
+            ),
+            "no second create while the first may still land"
+        );
+        let later = Facts {
+            absence_wait: Duration::ZERO,
+            ..unknown
+        };
+        assert!(matches!(
+            run(&later, None, None, HERE).0,
+            Action::Create { .. }
+        ));
+    }
+
+    #[test]
     fn creates_go_where_the_vm_said_they_would() {
         let fresh = Facts {
             id: None,
             recorded_location: None,
             intended_location: None,
+            never_created: true,
             ..facts()
         };
         assert_eq!(
