@@ -211,7 +211,10 @@ impl Api {
             Some(credentials) => sigv4::sign(credentials, scope, unsigned),
             // The host signs (and removes these hints before sending).
             None => vec![
-                ("x-vmop-signing-service".to_owned(), self.service.name.to_owned()),
+                (
+                    "x-vmop-signing-service".to_owned(),
+                    self.service.name.to_owned(),
+                ),
                 ("x-vmop-signing-region".to_owned(), self.region.clone()),
             ],
         };
