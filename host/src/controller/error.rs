@@ -46,6 +46,9 @@ pub enum Error {
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
 }
 
+/// How soon a write refused for a stale view is tried again.
+pub const CONFLICT_RETRY: Duration = Duration::from_millis(300);
+
 /// When to try again after an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Retry {
@@ -114,6 +117,13 @@ impl Error {
                 }
             },
             Error::Throttled { retry_after, .. } => Retry::Due(*retry_after),
+            // A guarded write refused because the object changed since it was read: the view
+            // was stale (typically right after a relist), not a failure; read again soon
+            // rather than back off (issue 8, path 11).
+            Error::Kube {
+                source: kube::Error::Api(status),
+                ..
+            } if status.code == 409 => Retry::Due(CONFLICT_RETRY),
             Error::DeletionPending { .. } => Retry::Poll,
             Error::Kube { .. }
             | Error::Finalizer(_)
@@ -182,6 +192,28 @@ mod tests {
             assert_eq!(error.reason(), reason, "{error:?}");
             assert_eq!(error.retry(), retry, "{error:?}");
         }
+    }
+
+    #[test]
+    fn a_conflict_is_retried_soon_without_backoff() {
+        let conflict = Error::Kube {
+            action: "write the VirtualMachine status",
+            source: kube::Error::Api(
+                kube::core::Status::failure("conflict", "Conflict")
+                    .with_code(409)
+                    .boxed(),
+            ),
+        };
+        assert_eq!(conflict.retry(), Retry::Due(CONFLICT_RETRY));
+        let other = Error::Kube {
+            action: "write the VirtualMachine status",
+            source: kube::Error::Api(
+                kube::core::Status::failure("boom", "InternalError")
+                    .with_code(500)
+                    .boxed(),
+            ),
+        };
+        assert_eq!(other.retry(), Retry::Backoff);
     }
 
     #[test]

@@ -29,8 +29,8 @@ pub fn vm(vm: Arc<VirtualMachine>, error: &Error, ctx: Arc<Context>) -> Action {
         || ctx.vm_backoffs.next(&key),
         || ctx.vm_slow_backoffs.next(&key),
     );
-    if let Error::Throttled { .. } = error {
-        tracing::debug!(vm = %key, error = %chain(error), next = ?action, "throttled");
+    if let Retry::Due(_) = error.retry() {
+        tracing::debug!(vm = %key, error = %chain(error), next = ?action, "not yet: requeued");
         return action;
     }
     tracing::warn!(

@@ -39,7 +39,7 @@ use super::connection;
 use super::context::Context;
 use super::decide::{Action, Facts, Observed, Step, decide};
 use super::effects::{Effects, Live, Severity};
-use super::error::Error;
+use super::error::{Error, Retry};
 use super::provider::Provider;
 use super::vm_status;
 use crate::api::quantity::to_mib;
@@ -146,7 +146,9 @@ pub async fn drive<E: Effects>(
     match run.step(&mut facts).await {
         Ok(outcome) => Ok(outcome),
         Err(error) => {
-            if !matches!(error, Error::Throttled { .. }) {
+            // Waits of our own (a reserved token, a stale view to re-read) are not failures
+            // to record: writing them would only fail again or add noise.
+            if !matches!(error.retry(), Retry::Due(_)) {
                 report(vm, run.status, run.fx, &error, facts.deleting).await;
             }
             Err(error)
