@@ -183,12 +183,16 @@ async fn lost_create_then(prefix: &str, fault: Fault, reason: &str) -> anyhow::R
         calls
             .iter()
             .filter(|c| {
-                c.vm.ends_with(&format!("/{name}")) && c.op == "create" && c.outcome == reason
+                // The restarted operator looks for the machine the lost create may have made
+                // (`find`) before it would create again: either is refused.
+                c.vm.ends_with(&format!("/{name}"))
+                    && (c.op == "create" || c.op == "find")
+                    && c.outcome == reason
             })
             .count()
     };
     operator
-        .wait_calls(&format!("a create refused as {reason}"), |calls| {
+        .wait_calls(&format!("a find or create refused as {reason}"), |calls| {
             refused(calls) >= 1
         })
         .await?;
