@@ -211,8 +211,8 @@ async fn deleting_a_vm_whose_create_never_succeeded_calls_no_create() -> anyhow:
     env.wait_gone("never").await?;
 
     // The VM is never reconciled twice at once, so its calls are logged in order: a create
-    // still running when the deletion arrived comes before the deletion's first `find` (only
-    // a deletion asks `find` for a VM without an id).
+    // still running when the deletion arrived comes before the first `find` (a VM without an
+    // id is asked about with `find` only once a create of unknown outcome was made).
     let calls = operator.calls_for("never");
     ensure!(
         calls.iter().any(|c| c.op == "find"),

@@ -178,6 +178,8 @@ impl<E: Effects> Run<'_, E> {
             self.attempts.finalizer_added(self.uid);
             self.fx.add_finalizer(&location).await?;
             facts.intended_location = Some(location.clone());
+            // No create can precede the finalizer: a fresh VM is created without a `find`.
+            facts.never_created = self.attempts.never_created(self.uid);
             seen.location = Some(location);
         }
         let mut deleted: Option<String> = None;
