@@ -3,43 +3,16 @@
 //! and the new read-only exports (`find`, `location`) answer through the sandbox.
 
 use std::collections::BTreeMap;
-use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::ensure;
 
 use vmop::plugin::{
-    CallContext, CallError, CallLimits, EgressPolicy, EngineConfig, ErrorClass, Fault, LoadError,
-    Phase, Plugin, PluginEngine, PluginRegistry, ProviderSettings, RegistryConfig, VmSpec,
+    CallContext, CallError, CallLimits, EgressPolicy, ErrorClass, Fault, LoadError, Phase,
+    ProviderSettings, VmSpec,
 };
 
-async fn registry(guests: &[&str]) -> anyhow::Result<(tempfile::TempDir, PluginRegistry)> {
-    let dir = tempfile::tempdir()?;
-    for name in guests {
-        let wasm = vmop_tests::wasm::path(name)?;
-        std::fs::copy(wasm, dir.path().join(format!("{name}.wasm")))?;
-    }
-    let engine = PluginEngine::new(&EngineConfig {
-        max_instances: 8,
-        ..EngineConfig::default()
-    })?;
-    let registry = PluginRegistry::new(
-        engine,
-        RegistryConfig {
-            plugin_dir: dir.path().to_path_buf(),
-            cache_dir: None,
-            info_limits: CallLimits::default(),
-        },
-    )?;
-    Ok((dir, registry))
-}
-
-async fn load(registry: &PluginRegistry, name: &str) -> anyhow::Result<Arc<Plugin>> {
-    Ok(registry
-        .load(Path::new(&format!("{name}.wasm")), None)
-        .await?)
-}
+mod support;
 
 fn mode(m: &str) -> CallContext {
     CallContext {
@@ -99,8 +72,7 @@ fn assert_violation<T: std::fmt::Debug>(
 
 #[tokio::test]
 async fn oversized_outputs_are_contract_violations() -> anyhow::Result<()> {
-    let (_dir, registry) = registry(&["hostile"]).await?;
-    let hostile = load(&registry, "hostile").await?;
+    let (_dir, hostile) = support::load("hostile").await?;
     for m in ["huge-id", "many-addresses"] {
         let ctx = mode(m);
         assert_violation(hostile.create(&ctx, &spec()).await, &format!("{m} create"))?;
@@ -124,11 +96,13 @@ async fn oversized_outputs_are_contract_violations() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn a_plugin_built_for_contract_0_1_is_refused_naming_both_versions() -> anyhow::Result<()> {
-    let (_dir, registry) = registry(&["old_wit"]).await?;
-    let err = match registry.load(Path::new("old_wit.wasm"), None).await {
+    let err = match support::load("old_wit").await {
         Ok(_) => anyhow::bail!("a 0.1 component must not load"),
         Err(e) => e,
     };
+    let err = err
+        .downcast::<LoadError>()
+        .map_err(|e| e.context("refused, but not by the registry"))?;
     ensure!(
         matches!(&err, LoadError::IncompatibleWit { plugin, host, .. }
             if plugin == "0.1.0" && *host == vmop::plugin::WIT_VERSION),
@@ -144,8 +118,7 @@ async fn a_plugin_built_for_contract_0_1_is_refused_naming_both_versions() -> an
 
 #[tokio::test]
 async fn find_and_location_answer_through_the_sandbox() -> anyhow::Result<()> {
-    let (_dir, registry) = registry(&["trivial"]).await?;
-    let trivial = load(&registry, "trivial").await?;
+    let (_dir, trivial) = support::load("trivial").await?;
     let ctx = mode("ok");
     let created = trivial.create(&ctx, &spec()).await?;
     let found = trivial.find(&ctx, "uid-1").await?;

@@ -160,23 +160,6 @@ impl Limiter {
         Err(due - now)
     }
 
-    /// Waits for a concurrency slot, then for a token.
-    pub async fn acquire(&self) -> Permit {
-        // The semaphore is never closed, so this is always `Some`.
-        let slot = self.in_flight.clone().acquire_owned().await.ok();
-        loop {
-            let wait = {
-                let mut bucket = self.bucket.lock().unwrap_or_else(PoisonError::into_inner);
-                match bucket.try_take(Instant::now()) {
-                    Ok(()) => break,
-                    Err(wait) => wait,
-                }
-            };
-            tokio::time::sleep(wait).await;
-        }
-        Permit { _slot: slot }
-    }
-
     pub fn limits(&self) -> &Limits {
         &self.limits
     }
@@ -240,38 +223,6 @@ mod tests {
             assert_eq!(b.try_take(later), Ok(()));
         }
         assert!(b.try_take(later).is_err());
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn acquire_paces_calls_at_the_rate() {
-        let limiter = Limiter::new(&limits(10, 5, 100));
-        let start = Instant::now();
-        for _ in 0..25 {
-            drop(limiter.acquire().await);
-        }
-        // 5 from the burst, 20 more at 10/s.
-        assert_eq!(Instant::now() - start, Duration::from_secs(2));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn concurrency_is_capped() {
-        let limiter = Arc::new(Limiter::new(&limits(1000, 1000, 2)));
-        let a = limiter.acquire().await;
-        let _b = limiter.acquire().await;
-        let third = tokio::spawn({
-            let limiter = limiter.clone();
-            async move { limiter.acquire().await }
-        });
-        tokio::time::sleep(Duration::from_secs(10)).await;
-        assert!(
-            !third.is_finished(),
-            "a third call ran while two were in flight"
-        );
-        drop(a);
-        let _c = tokio::time::timeout(Duration::from_secs(1), third)
-            .await
-            .unwrap()
-            .unwrap();
     }
 
     #[tokio::test(start_paused = true)]

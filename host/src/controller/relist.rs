@@ -12,8 +12,9 @@
 //! # Guarantees
 //!
 //! - After a `410` on watch start, the next item is the start of a fresh list (`Init`), so the
-//!   reflector swaps in the API server's current state (test: `tests/tests/operator_faults.rs`
-//!   `apiserver_restart_converges_within_seconds`; `relist::tests`).
+//!   reflector swaps in the API server's current state (test: `relist::tests`; end to end
+//!   `tests/tests/operator_faults.rs` `converges_within_seconds_of_an_apiserver_restart`,
+//!   ignored until path 11 is met: recovery still takes ~20 s).
 //! - While the API server is unreachable, attempts are at most [`MAX_RETRY`] apart.
 
 use std::fmt::Debug;
