@@ -3,6 +3,7 @@
 //! `providers/` and `tests/fixtures/guests/`.
 
 pub mod child;
+pub mod cloud;
 pub mod controlplane;
 pub mod faults;
 pub mod gated;

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use crate::url::Url;
 use crate::{ProviderConfig, ProviderError};
 
 /// Everything a ProviderConfig hands to one call.
@@ -41,6 +42,13 @@ impl Settings {
                 "the ProviderConfig has no setting `{key}` (spec.config.{key})"
             ))
         })
+    }
+
+    /// The setting `key` parsed as an `http(s)` URL; missing or malformed, a `permanent`
+    /// error naming the setting.
+    pub fn require_url(&self, key: &str) -> Result<Url, ProviderError> {
+        Url::parse(self.require(key)?)
+            .map_err(|e| ProviderError::Permanent(format!("setting `{key}`: {e}")))
     }
 
     /// These settings with a VM's `spec.parameters` laid over them: the contract says a
@@ -144,6 +152,23 @@ mod tests {
             Some("subnet-a"),
             "the original is unchanged"
         );
+    }
+
+    #[test]
+    fn url_settings_are_parsed_or_name_the_setting() {
+        let settings: Settings = [("endpoint", "http://127.0.0.1:1/"), ("bad", "ftp://x")]
+            .into_iter()
+            .collect();
+        assert_eq!(
+            settings.require_url("endpoint").ok().map(|u| u.to_string()),
+            Some("http://127.0.0.1:1/".to_owned())
+        );
+        for key in ["bad", "missing"] {
+            match settings.require_url(key) {
+                Err(ProviderError::Permanent(msg)) => assert!(msg.contains(key), "{msg}"),
+                other => panic!("expected a permanent error, got {other:?}"),
+            }
+        }
     }
 
     #[test]

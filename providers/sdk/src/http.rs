@@ -30,6 +30,18 @@ pub enum Method {
 }
 
 impl Method {
+    /// The method's name on the wire, `GET`, `POST`, ...
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Get => "GET",
+            Method::Head => "HEAD",
+            Method::Post => "POST",
+            Method::Put => "PUT",
+            Method::Patch => "PATCH",
+            Method::Delete => "DELETE",
+        }
+    }
+
     fn to_wasi(self) -> WasiMethod {
         match self {
             Method::Get => WasiMethod::Get,

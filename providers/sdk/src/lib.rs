@@ -30,10 +30,15 @@ pub mod bounds;
 pub mod config;
 pub mod error;
 pub mod http;
+#[cfg(feature = "json")]
+pub mod json;
 pub mod log;
 pub mod retry_after;
 pub mod status;
+pub mod tags;
 pub mod url;
+#[cfg(feature = "xml")]
+pub mod xml;
 
 /// The bindings of world `vmop:provider/plugin`, generated once here.
 ///

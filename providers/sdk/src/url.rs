@@ -101,6 +101,34 @@ impl Url {
     pub fn path(&self) -> &str {
         self.path_and_query.split('?').next().unwrap_or("/")
     }
+
+    /// This URL with `path` (and query, `/v1/machines?uid=..`) appended to its path: a base
+    /// endpoint `http://host/api/` or `http://host/api` joined with `/v1/x` gives
+    /// `http://host/api/v1/x`. The base's own query is dropped. `path` is used as given:
+    /// escape values with [`encode_component`].
+    pub fn join(&self, path: &str) -> Url {
+        let base = self.path().trim_end_matches('/');
+        let path = path.trim_start_matches('/');
+        Url {
+            scheme: self.scheme,
+            authority: self.authority.clone(),
+            path_and_query: format!("{base}/{path}"),
+        }
+    }
+}
+
+/// `text` with every byte outside RFC 3986's unreserved set (`A-Z a-z 0-9 - . _ ~`)
+/// percent-encoded: safe as one path segment or one query value.
+pub fn encode_component(text: &str) -> String {
+    let mut encoded = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            encoded.push(char::from(byte));
+        } else {
+            encoded.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    encoded
 }
 
 impl fmt::Display for Url {
@@ -131,6 +159,18 @@ mod tests {
         assert_eq!(u.path(), "/a/b");
         assert_eq!(u.path_and_query(), "/a/b?x=1");
         assert_eq!(u.to_string(), "http://127.0.0.1:5000/a/b?x=1");
+    }
+
+    #[test]
+    fn joins_paths_and_encodes_components() {
+        let base = Url::parse("http://127.0.0.1:8080/api/?x=1").unwrap();
+        assert_eq!(
+            base.join("/v1/machines?uid=a").to_string(),
+            "http://127.0.0.1:8080/api/v1/machines?uid=a"
+        );
+        let root = Url::parse("https://cloud.example").unwrap();
+        assert_eq!(root.join("v1").path_and_query(), "/v1");
+        assert_eq!(encode_component("a b/ü~-_."), "a%20b%2F%C3%BC~-_.");
     }
 
     #[test]

@@ -1,0 +1,187 @@
+//! vmop provider plugin for the testcloud (`tests/src/cloud/`, binary `vmop-testcloud`): an
+//! in-memory cloud with an HTTP JSON API. Written only against the SDK, to show what a new
+//! REST cloud costs.
+//!
+//! ProviderConfig settings: `endpoint` (required, in `allowedHosts`) and `tags`
+//! (`key=value,...`, also a parameter). Credentials Secret: optional `token`, sent as a bearer
+//! token. Machines carry vmop's tags (`vmop_provider_sdk::tags`); `find` and `create` look
+//! them up by uid through `GET /v1/machines?uid=`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use vmop_provider_sdk::http::Method;
+use vmop_provider_sdk::json::{JsonApi, with_body};
+use vmop_provider_sdk::url::encode_component;
+use vmop_provider_sdk::{
+    Config, Parameter, ParameterKind, Phase, PluginInfo, Provider, ProviderError, UpdateOutcome,
+    VmSpec, VmStatus, WIT_VERSION, info, tags, warn,
+};
+
+const CAPABILITIES: [&str; 3] = ["user-data", "update", "power"];
+
+/// A machine as the testcloud answers it (the fields this provider reads).
+#[derive(Debug, Deserialize)]
+struct Machine {
+    id: String,
+    state: String,
+    #[serde(default)]
+    addresses: Vec<String>,
+    #[serde(default)]
+    created: u64,
+}
+
+impl Machine {
+    fn status(self) -> VmStatus {
+        let phase = match self.state.as_str() {
+            "running" => Phase::Running,
+            "stopped" => Phase::Stopped,
+            _ => Phase::Unknown,
+        };
+        VmStatus {
+            id: self.id,
+            phase,
+            addresses: self.addresses,
+            message: None,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct List {
+    machines: Vec<Machine>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct NewMachine<'a> {
+    uid: &'a str,
+    image: &'a str,
+    cpu: u32,
+    memory_mib: u64,
+    user_data: Option<&'a str>,
+    tags: BTreeMap<&'a str, &'a str>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Resize {
+    cpu: u32,
+    memory_mib: u64,
+}
+
+fn api(config: &Config) -> Result<JsonApi, ProviderError> {
+    let endpoint = config.settings.require_url("endpoint")?;
+    Ok(JsonApi::new(endpoint).with_bearer(config.secrets.get("token")))
+}
+
+fn machine(id: &str) -> String {
+    format!("/v1/machines/{}", encode_component(id))
+}
+
+/// The oldest machine made for `uid` (several only after racing creates).
+fn by_uid(api: &JsonApi, uid: &str) -> Result<Option<Machine>, ProviderError> {
+    let list: List = api.call(&api.request(
+        Method::Get,
+        &format!("/v1/machines?uid={}", encode_component(uid)),
+    ))?;
+    if list.machines.len() > 1 {
+        warn!(
+            "{} machines carry uid {uid}; using the oldest",
+            list.machines.len()
+        );
+    }
+    Ok(tags::oldest(list.machines, |m| m.created))
+}
+
+struct TestCloud;
+
+impl Provider for TestCloud {
+    fn info() -> PluginInfo {
+        PluginInfo {
+            name: "testcloud".to_owned(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            wit_version: WIT_VERSION.to_owned(),
+            capabilities: CAPABILITIES.map(str::to_owned).to_vec(),
+            parameters: vec![Parameter {
+                name: "tags".to_owned(),
+                kind: ParameterKind::Text,
+                description: "extra machine tags, comma-separated key=value".to_owned(),
+            }],
+        }
+    }
+
+    /// `testcloud:<endpoint>`: one testcloud is one location.
+    fn location(config: &Config) -> Result<String, ProviderError> {
+        Ok(format!("testcloud:{}", api(config)?.base()))
+    }
+
+    fn find(config: &Config, uid: &str) -> Result<Option<VmStatus>, ProviderError> {
+        Ok(by_uid(&api(config)?, uid)?.map(Machine::status))
+    }
+
+    /// Idempotent through `find`: the testcloud itself makes a machine per request.
+    fn create(config: &Config, spec: VmSpec) -> Result<VmStatus, ProviderError> {
+        let api = api(config)?;
+        if let Some(existing) = by_uid(&api, &spec.uid)? {
+            return Ok(existing.status());
+        }
+        let settings = config.settings.with_overrides(&spec.parameters);
+        let body = NewMachine {
+            uid: &spec.uid,
+            image: &spec.image,
+            cpu: spec.cpu,
+            memory_mib: spec.memory_mib,
+            user_data: spec.user_data.as_deref(),
+            tags: tags::for_spec(&spec, settings.get("tags"))?
+                .into_iter()
+                .collect(),
+        };
+        let made: Machine = api.post("/v1/machines", &body)?;
+        info!("created {} for {}/{}", made.id, spec.namespace, spec.name);
+        Ok(made.status())
+    }
+
+    fn get(config: &Config, id: &str) -> Result<Option<VmStatus>, ProviderError> {
+        Ok(api(config)?
+            .get::<Machine>(&machine(id))?
+            .map(Machine::status))
+    }
+
+    /// The testcloud resizes only a stopped machine and answers 409 for a running one.
+    fn update(config: &Config, id: &str, spec: VmSpec) -> Result<UpdateOutcome, ProviderError> {
+        let api = api(config)?;
+        let resize = Resize {
+            cpu: spec.cpu,
+            memory_mib: spec.memory_mib,
+        };
+        let request = with_body(api.request(Method::Patch, &machine(id)), &resize)?;
+        let response = api.send(&request)?;
+        if response.status == 409 {
+            return Ok(UpdateOutcome::NeedsRestart);
+        }
+        JsonApi::check(&request, response)?;
+        Ok(UpdateOutcome::Applied)
+    }
+
+    fn start(config: &Config, id: &str) -> Result<(), ProviderError> {
+        power(config, id, "start")
+    }
+
+    fn stop(config: &Config, id: &str) -> Result<(), ProviderError> {
+        power(config, id, "stop")
+    }
+
+    fn delete(config: &Config, id: &str) -> Result<(), ProviderError> {
+        api(config)?.delete(&machine(id)).map(drop)
+    }
+}
+
+/// `POST /v1/machines/{id}/start|stop` (idempotent in the testcloud).
+fn power(config: &Config, id: &str, action: &str) -> Result<(), ProviderError> {
+    let api = api(config)?;
+    let request = api.request(Method::Post, &format!("{}/{action}", machine(id)));
+    JsonApi::check(&request, api.send(&request)?).map(drop)
+}
+
+vmop_provider_sdk::export_provider!(TestCloud);
