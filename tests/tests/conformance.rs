@@ -1,11 +1,14 @@
 //! The conformance suite (`vmop::plugin::conformance`, `vmop plugin conformance`) on real
 //! components against live loopback backends: it passes the Rust and the Python EC2 providers
-//! against moto checking SigV4, passes the `machines` control guest, and fails each broken
-//! guest on the check that names what it broke, cleaning up after every run.
+//! against moto checking SigV4, the SDK-only `testcloud` provider against the loopback
+//! testcloud (`conformance/testcloud.rs`), passes the `machines` control guest, and fails each
+//! broken guest on the check that names what it broke, cleaning up after every run.
 #![allow(clippy::print_stdout)] // The suite's tables and the cost table are this test's report.
 
 #[path = "conformance/machines.rs"]
 mod machines;
+#[path = "conformance/testcloud.rs"]
+mod testcloud;
 
 use std::collections::BTreeMap;
 use std::path::Path;

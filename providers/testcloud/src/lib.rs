@@ -113,7 +113,8 @@ impl Provider for TestCloud {
 
     /// `testcloud:<endpoint>`: one testcloud is one location.
     fn location(config: &Config) -> Result<String, ProviderError> {
-        Ok(format!("testcloud:{}", api(config)?.base()))
+        let endpoint = api(config)?.base().to_string();
+        Ok(format!("testcloud:{}", endpoint.trim_end_matches('/')))
     }
 
     fn find(config: &Config, uid: &str) -> Result<Option<VmStatus>, ProviderError> {
