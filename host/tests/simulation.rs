@@ -38,7 +38,7 @@ use vmop::controller::attempts::Attempts;
 use vmop::controller::effects::{Effects, Severity};
 use vmop::controller::error::Error;
 use vmop::controller::vm::{drive, facts};
-use vmop::plugin::{CallError, Operation, Phase, ProviderError, VmStatus};
+use vmop::plugin::{CallError, Operation, Phase, ProviderError, UpdateOutcome, VmStatus};
 
 const GRACE: Duration = Duration::from_secs(30);
 /// Read-after-write lag of the fake cloud: within the grace period, as the contract requires.
@@ -117,6 +117,7 @@ impl World {
                 deletion_policy: DeletionPolicy::Delete,
                 connection_config_map: None,
                 accept_location: None,
+                ..Default::default()
             },
         );
         vm.metadata.namespace = Some("ns".into());
@@ -449,6 +450,22 @@ impl Effects for Fake<'_> {
         .await
     }
 
+    async fn update(&mut self, id: &str) -> Result<UpdateOutcome, Error> {
+        unreachable!("no capability declared: update {id}")
+    }
+
+    async fn start(&mut self, id: &str) -> Result<(), Error> {
+        unreachable!("no capability declared: start {id}")
+    }
+
+    async fn stop(&mut self, id: &str) -> Result<(), Error> {
+        unreachable!("no capability declared: stop {id}")
+    }
+
+    async fn claimed_by(&mut self, id: &str) -> Result<Option<String>, Error> {
+        unreachable!("no externalId: claimed_by {id}")
+    }
+
     async fn write_status(&mut self, status: &VirtualMachineStatus) -> Result<(), Error> {
         let status = status.clone();
         self.perform(Operation::Get, "write status".into(), move |f| {
@@ -516,7 +533,7 @@ fn reconcile(world: &mut World, attempts: &mut Attempts) {
     };
     let rv = view.metadata.resource_version.clone().unwrap_or_default();
     world.note(format!("reconcile (view rv {rv})"));
-    let facts = facts(&view, attempts, GRACE);
+    let facts = facts(&view, attempts, GRACE, None);
     let mut status = view.status.clone().unwrap_or_default();
     let location = world.location.clone();
     let mut fake = Fake {

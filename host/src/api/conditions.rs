@@ -9,6 +9,9 @@ pub const READY: &str = "Ready";
 /// `Synced`: the last reconcile of a VirtualMachine succeeded; its reason names the error class
 /// when it did not.
 pub const SYNCED: &str = "Synced";
+/// `RestartRequired`: a change of a VirtualMachine (cpu, memory, parameters) can only be applied
+/// to a stopped machine and `spec.updateStrategy` is not `Restart` (KubeVirt's name).
+pub const RESTART_REQUIRED: &str = "RestartRequired";
 
 /// `True`, `False` or `Unknown`, as `metav1.ConditionStatus` spells them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -264,4 +264,22 @@ pub struct PluginStatus {
     pub digest: String,
     /// Version of the `vmop:provider` WIT package the plugin was built against.
     pub wit_version: String,
+    /// Optional behaviours the plugin supports: `update` (resize), `power` (start/stop),
+    /// `replace`, `user-data`. The operator never asks for one that is missing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capabilities: Vec<String>,
+    /// What a VirtualMachine's `spec.parameters` may carry for this plugin.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parameters: Vec<ParameterStatus>,
+}
+
+/// One parameter the plugin accepts in a VirtualMachine's `spec.parameters`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct ParameterStatus {
+    /// The parameter's name (the key in `spec.parameters`).
+    pub name: String,
+    /// `text`, `integer`, `boolean` or `string-list` (a list of strings, or comma-separated).
+    pub kind: String,
+    /// What the parameter does, in the plugin's words.
+    pub description: String,
 }

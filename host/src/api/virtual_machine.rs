@@ -1,6 +1,8 @@
 //! `VirtualMachine`: a machine on an external cloud, created and observed through the plugin
 //! of the `ProviderConfig` it names.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
@@ -9,9 +11,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::plugin::Phase;
 
-/// The desired machine. Fields the provider cannot change on a running machine (image, size,
-/// user data, provider) are immutable: replace the VirtualMachine to change them.
-#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+/// The desired machine. Fields the provider cannot change on an existing machine (image, user
+/// data, provider) are immutable: replace the VirtualMachine to change them. cpu, memory,
+/// parameters and powerState may change (see `spec.updateStrategy`).
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 // Several `printcolumn(type_ = ..)` are several columns, not a repeated attribute.
 #[allow(clippy::duplicated_attributes)]
 #[kube(
@@ -65,16 +68,15 @@ pub struct VirtualMachineSpec {
     pub image: String,
 
     /// Number of virtual CPUs, at least 1. The provider picks the smallest machine type with at
-    /// least this many CPUs and this much memory. Immutable.
+    /// least this many CPUs and this much memory. May change: the operator resizes the machine
+    /// through the provider's `update` (see `updateStrategy`).
     #[schemars(range(min = 1, max = 1024), transform = super::int32)]
-    #[x_kube(validation = Rule::new("self == oldSelf").message("cpu is immutable: the provider cannot resize an existing machine; create a new VirtualMachine instead"))]
     pub cpu: u32,
 
     /// Memory as a Kubernetes quantity, e.g. `4Gi`, `512Mi` or `1.5Gi`; at least `1Mi`.
-    /// Decimal units are rounded up to whole MiB (`1G` is 954 MiB). Immutable.
+    /// Decimal units are rounded up to whole MiB (`1G` is 954 MiB). May change, like `cpu`.
     #[schemars(schema_with = "memory_schema")]
     #[x_kube(validation = Rule::new("isQuantity(string(self)) && quantity(string(self)).compareTo(quantity('1Mi')) >= 0").message("memory must be a Kubernetes quantity of at least 1Mi, e.g. 4Gi, 512Mi or 1.5Gi"))]
-    #[x_kube(validation = Rule::new("self == oldSelf").message("memory is immutable: the provider cannot resize an existing machine; create a new VirtualMachine instead"))]
     pub memory: Quantity,
 
     /// Data handed to the machine at first boot (e.g. a cloud-init document), as plain text.
@@ -104,10 +106,79 @@ pub struct VirtualMachineSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 512))]
     pub accept_location: Option<String>,
+
+    /// Provider-specific settings of this machine, overriding the ProviderConfig's
+    /// `spec.config` entry of the same name (for EC2: `instanceType`, `subnetId`,
+    /// `securityGroupIds`, `keyName`, `rootVolumeSizeGiB`, `tags`). The names and kinds the
+    /// plugin accepts are listed in the ProviderConfig's `status.plugin.parameters`; a value is
+    /// a string, a number, a boolean, or (for `string-list` parameters) a list of strings or a
+    /// comma-separated string. An unknown name or a value of the wrong kind is refused before
+    /// any call to the cloud (`Synced=False`, reason `InvalidSpec`, naming the parameter).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "parameters_schema")]
+    pub parameters: BTreeMap<String, serde_json::Value>,
+
+    /// Whether the machine should run: `Running` (default) or `Stopped`. The operator starts or
+    /// stops it through the provider (which must declare the `power` capability) and records
+    /// each transition as an Event; drift correction keeps it in this state.
+    #[serde(default)]
+    pub power_state: PowerState,
+
+    /// How a change of cpu, memory or parameters that the provider can only apply to a stopped
+    /// machine is carried out: `Manual` (default) leaves the machine running and sets
+    /// `RestartRequired=True` until it is restarted (set `powerState: Stopped`, then `Running`)
+    /// or this field becomes `Restart`; `Restart` stops the machine, applies the change and
+    /// starts it again.
+    #[serde(default)]
+    pub update_strategy: UpdateStrategy,
+
+    /// Adopt an existing machine instead of creating one: the cloud's identifier of it (for EC2
+    /// an instance id). Only read while no machine is recorded in `status.id`. The operator
+    /// checks that the machine exists and that no other VirtualMachine manages it; a conflict
+    /// is `Synced=False` with reason `AdoptionConflict`, and the machine is not touched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 256))]
+    pub external_id: Option<String>,
+
+    /// What the operator may do to the machine: `Full` (default) creates, updates, powers and
+    /// deletes it; `ObserveOnly` never calls create, update, start, stop or delete: it mirrors
+    /// the machine's state into status, and deleting the VirtualMachine leaves the machine.
+    #[serde(default)]
+    pub management_policy: ManagementPolicy,
+}
+
+/// `spec.powerState`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum PowerState {
+    /// The machine runs.
+    #[default]
+    Running,
+    /// The machine is stopped (it keeps its disks and id).
+    Stopped,
+}
+
+/// `spec.updateStrategy`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum UpdateStrategy {
+    /// A change that needs a restart waits, with `RestartRequired=True`.
+    #[default]
+    Manual,
+    /// A change that needs a restart is applied with stop, update, start.
+    Restart,
+}
+
+/// `spec.managementPolicy`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ManagementPolicy {
+    /// Create, update, power and delete the machine.
+    #[default]
+    Full,
+    /// Only observe the machine (`get`, `find`); never change or delete it.
+    ObserveOnly,
 }
 
 /// A reference to a cluster-scoped ProviderConfig.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub struct ProviderConfigRef {
     /// Name of the ProviderConfig.
     #[schemars(length(min = 1, max = 253))]
@@ -148,8 +219,9 @@ pub struct VirtualMachineStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub addresses: Vec<String>,
 
-    /// `Ready` (the machine is observed running) and `Synced` (the last reconcile succeeded;
-    /// otherwise its reason names the error class).
+    /// `Ready` (the machine is observed running), `Synced` (the last reconcile succeeded;
+    /// otherwise its reason names the error class) and `RestartRequired` (a change waits for a
+    /// restart, see `spec.updateStrategy`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
@@ -168,6 +240,33 @@ pub struct VirtualMachineStatus {
     /// `PermanentError`, `InvalidSpec`, `Unauthorized`), cleared on success.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+
+    /// What the machine was last made to match (cpu, memory, parameters): a spec that differs
+    /// is applied through the provider's `update`. Absent for a machine not yet updated by
+    /// this operator (an adopted one, or one created before this field existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied: Option<AppliedSpec>,
+
+    /// The value of annotation `vmop.dev/reconcile-requested-at` that the last reconcile
+    /// handled: set the annotation to a new value to reconcile at once, and wait for it here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_reconcile_at: Option<String>,
+}
+
+/// The size and parameters the machine was last made to match.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AppliedSpec {
+    /// `spec.cpu` as applied.
+    #[schemars(transform = super::int32)]
+    pub cpu: u32,
+    /// `spec.memory` as applied, in MiB.
+    #[serde(rename = "memoryMiB")]
+    #[schemars(transform = super::int64)]
+    pub memory_mib: u64,
+    /// `spec.parameters` as applied, as the text handed to the provider.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub parameters: BTreeMap<String, String>,
 }
 
 /// Lifecycle phase of the external machine.
@@ -217,5 +316,17 @@ impl VmPhase {
 fn memory_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "x-kubernetes-int-or-string": true,
+    })
+}
+
+/// `spec.parameters`: an object of any values (checked by the operator against the plugin's
+/// declared parameters, which the API server cannot know).
+fn parameters_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "maxProperties": 64,
+        "additionalProperties": {
+            "x-kubernetes-preserve-unknown-fields": true,
+        },
     })
 }

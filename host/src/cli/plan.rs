@@ -89,22 +89,23 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
         limiters: Limiters::default(),
         operator_namespace,
     };
+    let cluster = {
+        let api: Api<VirtualMachine> = match &args.namespace {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        };
+        api.list(&ListParams::default())
+            .await
+            .context("failed to list VirtualMachines")?
+            .items
+    };
     let vms = match &args.filename {
         Some(path) => from_manifest(&client, path).await?,
-        None => {
-            let api: Api<VirtualMachine> = match &args.namespace {
-                Some(ns) => Api::namespaced(client.clone(), ns),
-                None => Api::all(client.clone()),
-            };
-            api.list(&ListParams::default())
-                .await
-                .context("failed to list VirtualMachines")?
-                .items
-        }
+        None => cluster.clone(),
     };
     let mut rows = Vec::with_capacity(vms.len());
     for vm in &vms {
-        rows.push(plan(&resolver, vm).await);
+        rows.push(plan(&resolver, vm, &cluster).await);
     }
     print(&rows, args.output)?;
     match rows.iter().filter(|r| r.changes()).count() {

@@ -50,6 +50,11 @@ pub struct RunArgs {
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub poll_interval: Duration,
 
+    /// The shortest re-check period a VM's annotation `vmop.dev/poll-interval` may ask for
+    /// (shorter values are raised to it).
+    #[arg(long, env = "VMOP_MIN_POLL_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    pub min_poll_interval: Duration,
+
     /// First retry of a VM whose provider said only a change can help (permanent, invalid
     /// spec, unauthorized): the cause may be fixed outside Kubernetes, so it is retried on a
     /// schedule doubling from this to one hour, besides on every change.
@@ -130,6 +135,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut options = Options::new(operator_namespace.clone());
     options.resync_period = args.resync_period;
     options.poll_interval = args.poll_interval;
+    options.min_poll_interval = args.min_poll_interval;
     options.slow_backoff.base = args.permanent_retry_base;
     let config = controller::Config {
         namespace: args.namespace.clone(),

@@ -24,6 +24,8 @@ pub struct Options {
     pub resync_period: Duration,
     /// How often a VM that is making progress (provisioning, deleting) is re-checked.
     pub poll_interval: Duration,
+    /// The shortest re-check period annotation `vmop.dev/poll-interval` may ask for.
+    pub min_poll_interval: Duration,
     /// Backoff of transient failures.
     pub backoff: BackoffConfig,
     /// Schedule of failures that await a change which may happen outside Kubernetes
@@ -37,6 +39,7 @@ impl Options {
             operator_namespace: operator_namespace.into(),
             resync_period: Duration::from_secs(300),
             poll_interval: Duration::from_secs(5),
+            min_poll_interval: Duration::from_secs(10),
             backoff: BackoffConfig::default(),
             slow_backoff: BackoffConfig::SLOW,
         }

@@ -20,11 +20,57 @@
 //!   [`Action::LocationChanged`].
 //! - Deletion never calls `create`: a machine that may exist without an id is looked up with
 //!   `find` and deleted by the id it answers.
+//! - Day 2 (`converge.rs`): a paused VM asks nothing and does nothing; an `ObserveOnly` VM is
+//!   never created, updated, powered or deleted (its deletion leaves the machine); an export
+//!   whose capability the plugin lacks is never asked for (a condition says so instead); an
+//!   adopted machine that another VirtualMachine records is never taken over; a replacement is
+//!   never made (the VM says it is needed).
+
+mod converge;
+
+pub use converge::{restart_pending, stale};
 
 use std::time::Duration;
 
-use crate::api::DeletionPolicy;
-use crate::plugin::{Phase, VmStatus};
+use crate::api::{AppliedSpec, DeletionPolicy, ManagementPolicy, PowerState, UpdateStrategy};
+use crate::plugin::{Phase, PluginInfo, VmStatus};
+
+/// The optional exports the plugin declared (`plugin-info.capabilities`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Capabilities {
+    /// `update` works.
+    pub update: bool,
+    /// `start` and `stop` work.
+    pub power: bool,
+}
+
+impl Capabilities {
+    pub fn of(info: &PluginInfo) -> Self {
+        Capabilities {
+            update: info.has("update"),
+            power: info.has("power"),
+        }
+    }
+}
+
+/// The day-2 part of [`Facts`]: what the spec asks beyond existence, and what was last applied.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Day2 {
+    /// Annotation `vmop.dev/paused: "true"`.
+    pub paused: bool,
+    pub policy: ManagementPolicy,
+    pub power: PowerState,
+    pub strategy: UpdateStrategy,
+    /// `spec.externalId`: adopt this machine instead of creating one.
+    pub external_id: Option<String>,
+    /// What the spec asks for (cpu, memory, checked parameters).
+    pub desired: AppliedSpec,
+    /// `status.applied`: what the machine was last made to match (`None`: not known).
+    pub applied: Option<AppliedSpec>,
+    /// `RestartRequired=True` in status: the last `update` answered `needs-restart`.
+    pub restart_required: bool,
+    pub capabilities: Capabilities,
+}
 
 /// What is known about the VM when deciding.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,6 +92,7 @@ pub struct Facts {
     pub absence_wait: Duration,
     /// No create attempt for this VM can have made a machine (see `attempts.rs`).
     pub never_created: bool,
+    pub day2: Day2,
 }
 
 /// The answers gathered so far in this decision; `None` means not asked yet.
@@ -57,6 +104,9 @@ pub struct Observed {
     pub find: Option<Option<VmStatus>>,
     /// `location(config)`.
     pub location: Option<String>,
+    /// Which other VirtualMachine (`namespace/name`) records the machine `spec.externalId`
+    /// names, if any.
+    pub claimed_by: Option<Option<String>>,
 }
 
 /// The next thing to do: ask, or act.
@@ -68,6 +118,8 @@ pub enum Step {
     Find,
     /// Ask where the ProviderConfig's machines live now.
     Location,
+    /// Ask which other VirtualMachine records this machine (before adopting it).
+    Claimed(String),
     Act(Action),
 }
 
@@ -95,6 +147,28 @@ pub enum Action {
     AwaitAbsence { remaining: Duration },
     /// The provider says "none" from another location than the recorded one.
     LocationChanged { recorded: String, current: String },
+    /// Annotation `vmop.dev/paused`: no call, no change.
+    Paused,
+    /// `spec.externalId` names this machine, which no other VM records: record it as ours.
+    Adopt { machine: VmStatus, location: String },
+    /// `spec.externalId` names a machine another VirtualMachine records: never take it over.
+    AdoptionConflict { id: String, owner: String },
+    /// The machine to adopt or observe does not exist (never created: not ours to create).
+    NotFound { id: Option<String> },
+    /// Make the machine match `desired` (cpu, memory, parameters) with `update`.
+    Update(VmStatus),
+    /// Stop the machine: `spec.powerState: Stopped`, or (`restart`) to apply an update that
+    /// needs it stopped.
+    Stop { machine: VmStatus, restart: bool },
+    /// Start the machine: `spec.powerState: Running`.
+    Start(VmStatus),
+    /// The spec asks for something the plugin cannot do (`capability` is missing): never
+    /// called, said in a condition.
+    Unsupported {
+        machine: VmStatus,
+        capability: &'static str,
+        what: &'static str,
+    },
 }
 
 impl Action {
@@ -111,12 +185,27 @@ impl Action {
             Action::Orphan => "orphan",
             Action::AwaitAbsence { .. } => "await-absence",
             Action::LocationChanged { .. } => "location-changed",
+            Action::Paused => "paused",
+            Action::Adopt { .. } => "adopt",
+            Action::AdoptionConflict { .. } => "adoption-conflict",
+            Action::NotFound { .. } => "not-found",
+            Action::Update(_) => "update",
+            Action::Stop { restart: true, .. } => "restart",
+            Action::Stop { .. } => "stop",
+            Action::Start(_) => "start",
+            Action::Unsupported { .. } => "unsupported",
         }
     }
 }
 
 /// Decides the next step. See the module docs.
 pub fn decide(facts: &Facts, seen: &Observed) -> Step {
+    if facts.day2.paused {
+        return Step::Act(Action::Paused);
+    }
+    if facts.deleting && facts.day2.policy == ManagementPolicy::ObserveOnly {
+        return Step::Act(Action::Orphan);
+    }
     if facts.deleting {
         decide_deletion(facts, seen)
     } else {
@@ -126,6 +215,9 @@ pub fn decide(facts: &Facts, seen: &Observed) -> Step {
 
 fn decide_apply(facts: &Facts, seen: &Observed) -> Step {
     let Some(id) = &facts.id else {
+        if let Some(step) = converge::without_id(facts, seen) {
+            return step;
+        }
         let Some(current) = &seen.location else {
             return Step::Location;
         };
@@ -167,13 +259,18 @@ fn decide_apply(facts: &Facts, seen: &Observed) -> Step {
     };
     match &seen.get {
         None => Step::Get(id.clone()),
-        Some(Some(machine)) => Step::Act(Action::Observe(machine.clone())),
+        Some(Some(machine)) => converge::observed(facts, machine),
+        Some(None) if facts.day2.policy == ManagementPolicy::ObserveOnly => {
+            Step::Act(Action::NotFound {
+                id: Some(id.clone()),
+            })
+        }
         Some(None) => absent(
             facts,
             facts.recorded_location.as_ref(),
             seen,
             |found| match found {
-                Some(machine) => Step::Act(Action::Observe(machine.clone())),
+                Some(machine) => converge::observed(facts, machine),
                 None => with_location(seen, |location| Action::Recreate {
                     lost: id.clone(),
                     location,
@@ -264,294 +361,4 @@ fn with_location(seen: &Observed, act: impl FnOnce(String) -> Action) -> Step {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const HERE: &str = "aws:1:us-east-1";
-
-    fn facts() -> Facts {
-        Facts {
-            deleting: false,
-            deletion_policy: DeletionPolicy::Delete,
-            id: Some("i-1".into()),
-            recorded_location: Some(HERE.into()),
-            intended_location: Some(HERE.into()),
-            accept_location: None,
-            absence_wait: Duration::ZERO,
-            never_created: false,
-        }
-    }
-
-    fn machine(id: &str, phase: Phase) -> VmStatus {
-        VmStatus {
-            id: id.into(),
-            phase,
-            addresses: Vec::new(),
-            message: None,
-        }
-    }
-
-    /// Runs the decision loop against fixed answers, as the reconciler does against calls.
-    fn run(
-        facts: &Facts,
-        get: Option<VmStatus>,
-        find: Option<VmStatus>,
-        location: &str,
-    ) -> (Action, Vec<&'static str>) {
-        let mut seen = Observed::default();
-        let mut asked = Vec::new();
-        loop {
-            match decide(facts, &seen) {
-                Step::Get(_) => {
-                    asked.push("get");
-                    seen.get = Some(get.clone());
-                }
-                Step::Find => {
-                    asked.push("find");
-                    seen.find = Some(find.clone());
-                }
-                Step::Location => {
-                    asked.push("location");
-                    seen.location = Some(location.into());
-                }
-                Step::Act(action) => return (action, asked),
-            }
-            assert!(asked.len() <= 3, "asked the same thing twice: {asked:?}");
-        }
-    }
-
-    #[test]
-    fn a_new_vm_is_created_where_the_config_points() {
-        let f = Facts {
-            id: None,
-            recorded_location: None,
-            never_created: true,
-            ..facts()
-        };
-        let (action, asked) = run(&f, None, None, HERE);
-        assert_eq!(
-            action,
-            Action::Create {
-                location: HERE.into()
-            }
-        );
-        assert_eq!(asked, ["location"], "create is idempotent: no find needed");
-    }
-
-    #[test]
-    fn a_create_of_unknown_outcome_is_looked_for_and_not_raced() {
-        let unknown = Facts {
-            id: None,
-            recorded_location: None,
-            absence_wait: Duration::from_secs(20),
-            ..facts()
-        };
-        let found = machine("i-7", Phase::Running);
-        let (action, asked) = run(&unknown, None, Some(found.clone()), HERE);
-        assert_eq!(
-            action,
-            Action::Observe(found),
-            "the machine it made is adopted"
-        );
-        assert_eq!(asked, ["location", "find"]);
-        assert!(
-            matches!(
-                run(&unknown, None, None, HERE).0,
-                Action::AwaitAbsence { .. }
-            ),
-            "no second create while the first may still land"
-        );
-        let later = Facts {
-            absence_wait: Duration::ZERO,
-            ..unknown
-        };
-        assert!(matches!(
-            run(&later, None, None, HERE).0,
-            Action::Create { .. }
-        ));
-    }
-
-    #[test]
-    fn creates_go_where_the_vm_said_they_would() {
-        let fresh = Facts {
-            id: None,
-            recorded_location: None,
-            intended_location: None,
-            never_created: true,
-            ..facts()
-        };
-        assert_eq!(
-            run(&fresh, None, None, HERE).0,
-            Action::Intend {
-                location: HERE.into()
-            }
-        );
-        // An attempt may have made a machine at the old place: never create at the new one.
-        let moved = Facts {
-            id: None,
-            recorded_location: None,
-            ..facts()
-        };
-        assert!(matches!(
-            run(&moved, None, None, "aws:2:eu-west-1").0,
-            Action::LocationChanged { .. }
-        ));
-        // ... unless no attempt can have, or the user accepted the move.
-        let never = Facts {
-            never_created: true,
-            ..moved.clone()
-        };
-        assert!(matches!(
-            run(&never, None, None, "aws:2:eu-west-1").0,
-            Action::Intend { .. }
-        ));
-        let accepted = Facts {
-            accept_location: Some("aws:2:eu-west-1".into()),
-            ..moved
-        };
-        assert!(matches!(
-            run(&accepted, None, None, "aws:2:eu-west-1").0,
-            Action::Intend { .. }
-        ));
-    }
-
-    #[test]
-    fn a_seen_machine_is_observed() {
-        let m = machine("i-1", Phase::Running);
-        let (action, asked) = run(&facts(), Some(m.clone()), None, HERE);
-        assert_eq!(action, Action::Observe(m));
-        assert_eq!(asked, ["get"]);
-    }
-
-    #[test]
-    fn absence_alone_never_recreates() {
-        // find still sees it (the id changed, or get lags): observe that one.
-        let other = machine("i-2", Phase::Running);
-        let (action, _) = run(&facts(), None, Some(other.clone()), HERE);
-        assert_eq!(action, Action::Observe(other));
-        // within the grace period: wait.
-        let young = Facts {
-            absence_wait: Duration::from_secs(12),
-            ..facts()
-        };
-        let (action, _) = run(&young, None, None, HERE);
-        assert_eq!(
-            action,
-            Action::AwaitAbsence {
-                remaining: Duration::from_secs(12)
-            }
-        );
-        // moved: never recreate.
-        let (action, asked) = run(&facts(), None, None, "aws:2:eu-west-1");
-        assert_eq!(
-            action,
-            Action::LocationChanged {
-                recorded: HERE.into(),
-                current: "aws:2:eu-west-1".into()
-            }
-        );
-        assert_eq!(asked, ["get", "location"], "no find at the wrong place");
-        // only all three together mean lost.
-        let (action, asked) = run(&facts(), None, None, HERE);
-        assert_eq!(
-            action,
-            Action::Recreate {
-                lost: "i-1".into(),
-                location: HERE.into()
-            }
-        );
-        assert_eq!(asked, ["get", "location", "find"]);
-    }
-
-    #[test]
-    fn an_accepted_move_recreates_at_the_new_location() {
-        let moved = Facts {
-            accept_location: Some("aws:2:eu-west-1".into()),
-            ..facts()
-        };
-        let (action, _) = run(&moved, None, None, "aws:2:eu-west-1");
-        assert_eq!(
-            action,
-            Action::Recreate {
-                lost: "i-1".into(),
-                location: "aws:2:eu-west-1".into()
-            }
-        );
-        let (action, _) = run(&moved, None, None, "aws:3:ap-south-1");
-        assert!(matches!(action, Action::LocationChanged { .. }));
-    }
-
-    #[test]
-    fn deletion_deletes_what_it_sees_and_releases_only_confirmed_absence() {
-        let deleting = Facts {
-            deleting: true,
-            ..facts()
-        };
-        let m = machine("i-1", Phase::Running);
-        assert_eq!(
-            run(&deleting, Some(m.clone()), None, HERE).0,
-            Action::Delete(m)
-        );
-        let going = machine("i-1", Phase::Deleting);
-        assert_eq!(
-            run(&deleting, Some(going.clone()), None, HERE).0,
-            Action::AwaitDeletion(going)
-        );
-        let (action, asked) = run(&deleting, None, None, HERE);
-        assert_eq!(action, Action::Release);
-        assert_eq!(asked, ["get", "location", "find"]);
-        let young = Facts {
-            absence_wait: Duration::from_secs(3),
-            ..deleting.clone()
-        };
-        assert!(matches!(
-            run(&young, None, None, HERE).0,
-            Action::AwaitAbsence { .. }
-        ));
-        assert!(matches!(
-            run(&deleting, None, None, "elsewhere").0,
-            Action::LocationChanged { .. }
-        ));
-    }
-
-    #[test]
-    fn deletion_without_an_id_finds_and_never_creates() {
-        let deleting = Facts {
-            deleting: true,
-            id: None,
-            recorded_location: None,
-            ..facts()
-        };
-        let found = machine("i-9", Phase::Running);
-        let (action, asked) = run(&deleting, None, Some(found.clone()), HERE);
-        assert_eq!(action, Action::Delete(found));
-        assert_eq!(asked, ["location", "find"]);
-        assert!(
-            matches!(
-                run(&deleting, None, None, "elsewhere").0,
-                Action::LocationChanged { .. }
-            ),
-            "a lost create may have made a machine at the intended place"
-        );
-        assert_eq!(run(&deleting, None, None, HERE).0, Action::Release);
-        let never = Facts {
-            never_created: true,
-            ..deleting
-        };
-        let (action, asked) = run(&never, None, None, HERE);
-        assert_eq!(action, Action::Release);
-        assert!(asked.is_empty(), "nothing to ask when nothing was sent");
-    }
-
-    #[test]
-    fn orphan_asks_nothing() {
-        let orphan = Facts {
-            deleting: true,
-            deletion_policy: DeletionPolicy::Orphan,
-            ..facts()
-        };
-        let (action, asked) = run(&orphan, None, None, HERE);
-        assert_eq!(action, Action::Orphan);
-        assert!(asked.is_empty());
-    }
-}
+mod tests;

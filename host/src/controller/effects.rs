@@ -6,14 +6,14 @@
 
 use std::future::Future;
 
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::calls::Calls;
 use super::error::Error;
 use crate::api::{CREATE_LOCATION, VM_FINALIZER, VirtualMachine, VirtualMachineStatus};
-use crate::plugin::{VmSpec, VmStatus};
+use crate::plugin::{UpdateOutcome, VmSpec, VmStatus};
 use crate::telemetry::events::EventSink;
 
 /// An Event's type.
@@ -34,6 +34,16 @@ pub trait Effects: Send {
     /// must be a proof that nothing was sent).
     fn create(&mut self) -> impl Future<Output = (Result<VmStatus, Error>, bool)> + Send;
     fn delete(&mut self, id: &str) -> impl Future<Output = Result<(), Error>> + Send;
+    /// `update` of machine `id` to this VM's spec.
+    fn update(&mut self, id: &str) -> impl Future<Output = Result<UpdateOutcome, Error>> + Send;
+    fn start(&mut self, id: &str) -> impl Future<Output = Result<(), Error>> + Send;
+    fn stop(&mut self, id: &str) -> impl Future<Output = Result<(), Error>> + Send;
+    /// Which other VirtualMachine (`namespace/name`) records machine `id` in `status.id`, if
+    /// any: read from the API server, never from the cloud.
+    fn claimed_by(
+        &mut self,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<String>, Error>> + Send;
     /// Writes the status, guarded by the resourceVersion last read or written: a stale view
     /// fails instead of overwriting newer state.
     fn write_status(
@@ -128,6 +138,34 @@ impl Effects for Live<'_> {
         self.calls.delete(id).await
     }
 
+    async fn update(&mut self, id: &str) -> Result<UpdateOutcome, Error> {
+        self.calls.update(id, &self.spec).await
+    }
+
+    async fn start(&mut self, id: &str) -> Result<(), Error> {
+        self.calls.start(id).await
+    }
+
+    async fn stop(&mut self, id: &str) -> Result<(), Error> {
+        self.calls.stop(id).await
+    }
+
+    async fn claimed_by(&mut self, id: &str) -> Result<Option<String>, Error> {
+        // Every namespace when the operator may list them, else its own (a namespaced
+        // operator manages no other).
+        let all: Api<VirtualMachine> = Api::all(self.api.clone().into_client());
+        let list = match all.list(&ListParams::default()).await {
+            Ok(list) => list,
+            Err(kube::Error::Api(status)) if status.code == 403 => self
+                .api
+                .list(&ListParams::default())
+                .await
+                .map_err(Error::kube("list VirtualMachines"))?,
+            Err(e) => return Err(Error::kube("list VirtualMachines")(e)),
+        };
+        Ok(claimant(&list.items, &self.spec.uid, id))
+    }
+
     async fn write_status(&mut self, status: &VirtualMachineStatus) -> Result<(), Error> {
         if self
             .written
@@ -209,4 +247,16 @@ impl Live<'_> {
         self.vm = updated;
         Ok(())
     }
+}
+
+/// The VirtualMachine other than `uid` that records machine `id`, as `namespace/name`.
+pub fn claimant(vms: &[VirtualMachine], uid: &str, id: &str) -> Option<String> {
+    vms.iter()
+        .filter(|vm| vm.metadata.uid.as_deref() != Some(uid))
+        .find(|vm| {
+            vm.status
+                .as_ref()
+                .is_some_and(|s| s.id.as_deref() == Some(id))
+        })
+        .map(|vm| format!("{}/{}", vm.namespace().unwrap_or_default(), vm.name_any()))
 }

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::api::parameters::ParameterError;
 use crate::api::quantity::QuantityError;
 use crate::plugin::{CallError, ErrorClass, Operation};
 
@@ -17,6 +18,8 @@ pub enum Error {
     },
     #[error("spec.memory is invalid")]
     Memory(#[source] QuantityError),
+    #[error("spec.parameters are invalid")]
+    Parameters(#[source] ParameterError),
     #[error("provider call {} failed", op.as_str())]
     Call {
         op: Operation,
@@ -95,7 +98,7 @@ impl Error {
     pub fn reason(&self) -> &'static str {
         match self {
             Error::Resolve { source, .. } => source.reason(),
-            Error::Memory(_) => ErrorClass::InvalidSpec.reason(),
+            Error::Memory(_) | Error::Parameters(_) => ErrorClass::InvalidSpec.reason(),
             Error::Call { source, .. } => source.reason(),
             Error::Throttled { .. } => "Throttled",
             Error::Kube { .. } | Error::Finalizer(_) | Error::Metadata(_) => "KubernetesError",
@@ -108,7 +111,7 @@ impl Error {
         match self {
             Error::Resolve { source, .. } if source.awaits_change() => Retry::AwaitChange,
             Error::Resolve { .. } => Retry::Backoff,
-            Error::Memory(_) => Retry::AwaitChange,
+            Error::Memory(_) | Error::Parameters(_) => Retry::AwaitChange,
             Error::Call { source, .. } => match source.class() {
                 ErrorClass::Transient => Retry::Backoff,
                 ErrorClass::RateLimited(after) => Retry::After(after),

@@ -163,6 +163,7 @@ mod tests {
                 deletion_policy: DeletionPolicy::Delete,
                 connection_config_map: None,
                 accept_location: None,
+                ..Default::default()
             },
         );
         vm.metadata.namespace = Some(ns.into());

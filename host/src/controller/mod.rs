@@ -33,7 +33,7 @@ use futures::{FutureExt, StreamExt, TryStreamExt, future};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector::{self, store::WriterDropped};
-use kube::runtime::{WatchStreamExt, predicates, watcher};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use tracing::Instrument;
 
@@ -172,7 +172,8 @@ pub async fn run(
             .set_max_concurrent_reconciles(kind, config.max_concurrent_reconciles);
     }
     let index = ctx.index.clone();
-    // Only spec changes and deletion (which bumps the generation) trigger a reconcile: the
+    // Only spec changes, deletion (which bumps the generation) and the steering annotations
+    // (`vm::trigger_key`) trigger a reconcile: the
     // reconciler's own writes (finalizer, annotation, status) carry on within the same
     // reconcile, and a trigger on them would only re-read a view older than those writes.
     // A consistent list (not the API server's possibly lagging cache): a new epoch must not
@@ -185,7 +186,8 @@ pub async fn run(
         })
         .reflect(vm_writer)
         .applied_objects()
-        .predicate_filter(predicates::generation, Default::default());
+        // Generation, and the annotations users steer a VM with (pause, reconcile now, poll).
+        .predicate_filter(vm::trigger_key, Default::default());
     let controller_config =
         controller::Config::default().concurrency(config.max_concurrent_reconciles);
     let vms = Controller::for_stream(vm_triggers, vm_reader)

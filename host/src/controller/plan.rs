@@ -19,6 +19,7 @@ use serde::Serialize;
 
 use super::attempts::Attempts;
 use super::decide::{Action, Observed, Step, decide};
+use super::effects::claimant;
 use super::provider::{Provider, ResolveError, Resolver};
 use super::vm::{facts, vm_spec};
 use crate::api::VirtualMachine;
@@ -32,8 +33,9 @@ pub struct PlanRow {
     pub namespace: String,
     pub name: String,
     pub provider: String,
-    /// `nothing`, `create`, `recreate`, `delete`, `release`, `orphan`, `wait`, `blocked`, or
-    /// `unknown` when the provider could not be asked.
+    /// `nothing`, `create`, `adopt`, `update`, `restart`, `start`, `stop`, `recreate`,
+    /// `delete`, `release`, `orphan`, `wait`, `paused`, `blocked`, or `unknown` when the
+    /// provider could not be asked.
     pub action: String,
     /// Why, in a sentence.
     pub reason: String,
@@ -42,7 +44,7 @@ pub struct PlanRow {
 impl PlanRow {
     /// Whether the operator would change anything.
     pub fn changes(&self) -> bool {
-        !matches!(self.action.as_str(), "nothing" | "wait")
+        !matches!(self.action.as_str(), "nothing" | "wait" | "paused")
     }
 }
 
@@ -61,8 +63,9 @@ pub enum PlanError {
     Spec(#[source] super::error::Error),
 }
 
-/// Plans one VM (a VM not yet in the cluster has no uid: it would be created).
-pub async fn plan(resolver: &Resolver, vm: &VirtualMachine) -> PlanRow {
+/// Plans one VM (a VM not yet in the cluster has no uid: it would be created, or adopted).
+/// `cluster` holds the cluster's VirtualMachines (which machines they record, for adoption).
+pub async fn plan(resolver: &Resolver, vm: &VirtualMachine, cluster: &[VirtualMachine]) -> PlanRow {
     let provider_name = vm.spec.provider_config_ref.name.clone();
     let row = |action: &str, reason: String| PlanRow {
         namespace: vm.namespace().unwrap_or_default(),
@@ -72,9 +75,12 @@ pub async fn plan(resolver: &Resolver, vm: &VirtualMachine) -> PlanRow {
         reason,
     };
     if vm.metadata.uid.is_none() {
-        return row("create", "not in the cluster yet".to_owned());
+        return match &vm.spec.external_id {
+            Some(id) => row("adopt", format!("not in the cluster yet; would adopt {id}")),
+            None => row("create", "not in the cluster yet".to_owned()),
+        };
     }
-    match decide_read_only(resolver, vm).await {
+    match decide_read_only(resolver, vm, cluster).await {
         Ok(action) => {
             let (verb, reason) = describe(&action);
             row(verb, reason)
@@ -83,7 +89,11 @@ pub async fn plan(resolver: &Resolver, vm: &VirtualMachine) -> PlanRow {
     }
 }
 
-async fn decide_read_only(resolver: &Resolver, vm: &VirtualMachine) -> Result<Action, PlanError> {
+async fn decide_read_only(
+    resolver: &Resolver,
+    vm: &VirtualMachine,
+    cluster: &[VirtualMachine],
+) -> Result<Action, PlanError> {
     let name = &vm.spec.provider_config_ref.name;
     let provider = resolver
         .resolve_name(name)
@@ -92,9 +102,15 @@ async fn decide_read_only(resolver: &Resolver, vm: &VirtualMachine) -> Result<Ac
             name: name.clone(),
             source,
         })?;
-    let spec = vm_spec(vm).map_err(PlanError::Spec)?;
+    let info = provider.plugin.info();
+    let spec = vm_spec(vm, info).map_err(PlanError::Spec)?;
     let facts = {
-        let mut f = facts(vm, &Attempts::settled(), provider.grace);
+        let mut f = facts(
+            vm,
+            &Attempts::settled(),
+            provider.grace,
+            Some((info, &spec)),
+        );
         f.absence_wait = Duration::ZERO;
         f
     };
@@ -110,6 +126,7 @@ async fn decide_read_only(resolver: &Resolver, vm: &VirtualMachine) -> Result<Ac
             Step::Location => {
                 seen.location = Some(call(&provider, |p| p.plugin.location(&p.call)).await?)
             }
+            Step::Claimed(id) => seen.claimed_by = Some(claimant(cluster, &spec.uid, &id)),
             Step::Act(action) => return Ok(action),
         }
     }
@@ -159,6 +176,65 @@ fn describe(action: &Action) -> (&'static str, String) {
         Action::LocationChanged { recorded, current } => (
             "blocked",
             format!("made at {recorded}, the ProviderConfig now points at {current}"),
+        ),
+        Action::Paused => (
+            "paused",
+            "annotation vmop.dev/paused: no call, no change".to_owned(),
+        ),
+        Action::Adopt { machine, .. } => (
+            "adopt",
+            format!(
+                "would adopt machine {} ({}) named by spec.externalId",
+                machine.id,
+                machine.phase.as_str()
+            ),
+        ),
+        Action::AdoptionConflict { id, owner } => (
+            "blocked",
+            format!("machine {id} is managed by VirtualMachine {owner}: never taken over"),
+        ),
+        Action::NotFound { id: Some(id) } => ("blocked", format!("machine {id} does not exist")),
+        Action::NotFound { id: None } => (
+            "blocked",
+            "no machine to observe (managementPolicy ObserveOnly never creates)".to_owned(),
+        ),
+        Action::Update(m) => (
+            "update",
+            format!(
+                "machine {} differs from spec (cpu, memory or parameters): would update it",
+                m.id
+            ),
+        ),
+        Action::Stop {
+            machine,
+            restart: true,
+        } => (
+            "restart",
+            format!(
+                "an update of machine {} needs a restart (updateStrategy Restart): would stop, update, start",
+                machine.id
+            ),
+        ),
+        Action::Stop { machine, .. } => (
+            "stop",
+            format!(
+                "machine {} is running, powerState is Stopped: would stop it",
+                machine.id
+            ),
+        ),
+        Action::Start(m) => (
+            "start",
+            format!(
+                "machine {} is {}, powerState is Running: would start it",
+                m.id,
+                m.phase.as_str()
+            ),
+        ),
+        Action::Unsupported {
+            capability, what, ..
+        } => (
+            "blocked",
+            format!("{what} needs plugin capability {capability:?}, which it lacks"),
         ),
     }
 }

@@ -16,7 +16,7 @@ use kube::{Api, Resource, ResourceExt};
 use super::context::Context;
 use super::error::Error;
 use crate::api::conditions::{self, READY, Status};
-use crate::api::{MANAGER, PluginStatus, ProviderConfig, ProviderConfigStatus};
+use crate::api::{MANAGER, ParameterStatus, PluginStatus, ProviderConfig, ProviderConfigStatus};
 use crate::telemetry::events::chain;
 
 pub async fn reconcile(pc: Arc<ProviderConfig>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -36,6 +36,16 @@ pub async fn reconcile(pc: Arc<ProviderConfig>, ctx: Arc<Context>) -> Result<Act
                 version: info.version.clone(),
                 digest: provider.plugin.digest().to_owned(),
                 wit_version: info.wit_version.clone(),
+                capabilities: info.capabilities.clone(),
+                parameters: info
+                    .parameters
+                    .iter()
+                    .map(|p| ParameterStatus {
+                        name: p.name.clone(),
+                        kind: p.kind.as_str().to_owned(),
+                        description: p.description.clone(),
+                    })
+                    .collect(),
             });
             let message = format!(
                 "plugin {} {} loaded from {}",

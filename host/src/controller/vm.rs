@@ -37,15 +37,21 @@ use super::backoff::jitter;
 use super::calls::Calls;
 use super::connection;
 use super::context::Context;
-use super::decide::{Action, Facts, Observed, Step, decide};
+use super::decide::{Action, Facts, Observed, Step, decide, restart_pending};
 use super::effects::{Effects, Live, Severity};
 use super::error::{Error, Retry};
 use super::provider::Provider;
 use super::vm_status;
+use crate::api::parameters;
 use crate::api::quantity::to_mib;
-use crate::api::{CREATE_LOCATION, VM_FINALIZER, VirtualMachine, VirtualMachineStatus, VmPhase};
-use crate::plugin::{Phase, VmSpec, VmStatus};
+use crate::api::{
+    CREATE_LOCATION, PAUSED, POLL_INTERVAL, RECONCILE_REQUESTED_AT, VM_FINALIZER, VirtualMachine,
+    VirtualMachineStatus, VmPhase,
+};
+use crate::plugin::{Phase, PluginInfo, VmSpec, VmStatus};
 use crate::telemetry::events::chain;
+
+mod day2;
 
 /// How a reconcile ended, in terms the caller turns into a requeue.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,8 +64,14 @@ pub enum Outcome {
     Done,
     /// Look again after exactly this long (the grace period is not over).
     After(Duration),
-    /// The ProviderConfig moved; look again when something changes, or slowly.
+    /// The ProviderConfig moved, or the spec asks for what cannot be done; look again when
+    /// something changes, or slowly.
     Blocked,
+    /// The machine is changing state (stopping, starting) at the operator's request; look
+    /// again after the poll interval.
+    Transition,
+    /// Annotation `vmop.dev/paused`: look again when it changes.
+    Paused,
 }
 
 pub async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Requeue, Error> {
@@ -70,8 +82,14 @@ pub async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Req
     if deleting && !vm.finalizers().iter().any(|f| f == VM_FINALIZER) {
         return Ok(Requeue::await_change());
     }
-    let prepared = match vm_spec(&vm) {
-        Ok(spec) => resolve(&vm, &ctx).await.map(|provider| (spec, provider)),
+    // Paused: decided before anything is resolved, so not even the plugin is loaded.
+    let unresolved = facts(&vm, &ctx.attempts, Duration::ZERO, None);
+    if decide(&unresolved, &Observed::default()) == Step::Act(Action::Paused) {
+        day2::record_paused(&vm, &api).await?;
+        return Ok(Requeue::await_change());
+    }
+    let prepared = match resolve(&vm, &ctx).await {
+        Ok(provider) => vm_spec(&vm, provider.plugin.info()).map(|spec| (spec, provider)),
         Err(error) => Err(error),
     };
     let (spec, provider) = match prepared {
@@ -87,7 +105,12 @@ pub async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Req
         vm: format!("{namespace}/{}", vm.name_any()),
         taken: Default::default(),
     };
-    let facts = facts(&vm, &ctx.attempts, provider.grace);
+    let facts = facts(
+        &vm,
+        &ctx.attempts,
+        provider.grace,
+        Some((provider.plugin.info(), &spec)),
+    );
     let mut effects = Live::new(calls, &api, &ctx.events, spec, (*vm).clone());
     let mut status = vm_status::current(&vm);
     let outcome = drive(&vm, facts, &ctx.attempts, &mut status, &mut effects).await?;
@@ -96,12 +119,33 @@ pub async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Req
     }
     ctx.vm_backoffs.reset(&key);
     ctx.vm_slow_backoffs.reset(&key);
-    Ok(requeue(&outcome, &ctx))
+    Ok(requeue(&outcome, &ctx, &vm))
 }
 
-/// What [`decide`] needs: the object, and what `attempts` knows with the ProviderConfig's
-/// creation grace period.
-pub fn facts(vm: &VirtualMachine, attempts: &Attempts, grace: Duration) -> Facts {
+/// The watch predicate of VirtualMachines: a reconcile is triggered when this changes, that is
+/// when the generation (spec, deletion) or one of the annotations a user sets to steer the
+/// operator (`vmop.dev/paused`, `vmop.dev/reconcile-requested-at`, `vmop.dev/poll-interval`)
+/// changes; not on the operator's own writes (status, finalizer, create location).
+/// Test: `tests/tests/operator_day2_pause.rs`.
+pub fn trigger_key(vm: &VirtualMachine) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    vm.meta().generation.hash(&mut h);
+    for key in [PAUSED, RECONCILE_REQUESTED_AT, POLL_INTERVAL] {
+        vm.annotations().get(key).hash(&mut h);
+    }
+    Some(h.finish())
+}
+
+/// What [`decide`] needs: the object, what `attempts` knows with the ProviderConfig's
+/// creation grace period, and the plugin with the spec it is handed (`None` before the
+/// ProviderConfig is resolved: no capability, nothing desired).
+pub fn facts(
+    vm: &VirtualMachine,
+    attempts: &Attempts,
+    grace: Duration,
+    plugin: Option<(&PluginInfo, &VmSpec)>,
+) -> Facts {
     let status = vm.status.as_ref();
     let uid = vm.meta().uid.as_deref().unwrap_or_default();
     Facts {
@@ -117,6 +161,7 @@ pub fn facts(vm: &VirtualMachine, attempts: &Attempts, grace: Duration) -> Facts
         accept_location: vm.spec.accept_location.clone(),
         absence_wait: attempts.absence_wait(uid, grace),
         never_created: attempts.never_created(uid),
+        day2: day2::facts(vm, plugin),
     }
 }
 
@@ -183,6 +228,9 @@ impl<E: Effects> Run<'_, E> {
             seen.location = Some(location);
         }
         let mut deleted: Option<String> = None;
+        let mut done = day2::Done::default();
+        self.status.last_handled_reconcile_at =
+            vm.annotations().get(RECONCILE_REQUESTED_AT).cloned();
         loop {
             let action = match decide(facts, &seen) {
                 Step::Get(id) => {
@@ -197,11 +245,21 @@ impl<E: Effects> Run<'_, E> {
                     seen.location = Some(self.fx.location().await?);
                     continue;
                 }
+                Step::Claimed(id) => {
+                    seen.claimed_by = Some(self.fx.claimed_by(&id).await?);
+                    continue;
+                }
                 Step::Act(action) => action,
+            };
+            let action = match self.day2(action, facts, &mut seen, &mut done).await? {
+                day2::Next::Decide => continue,
+                day2::Next::Return(outcome) => return Ok(outcome),
+                day2::Next::Act(action) => action,
             };
             match action {
                 Action::Observe(machine) => {
                     vm_status::observed(self.status, vm, &machine);
+                    vm_status::restart_required(self.status, vm, restart_pending(facts));
                     if let Some(location) = seen.location.take() {
                         self.status.location = Some(location);
                     }
@@ -209,7 +267,7 @@ impl<E: Effects> Run<'_, E> {
                     phase_events(self.fx, previous_phase, &machine).await;
                     return Ok(Outcome::Settled(machine.phase));
                 }
-                Action::Create { location } => return self.create(location).await,
+                Action::Create { location } => return self.create(location, facts).await,
                 Action::Intend { location } => {
                     self.fx.intend(&location).await?;
                     facts.intended_location = Some(location);
@@ -287,18 +345,28 @@ impl<E: Effects> Run<'_, E> {
                         .await;
                     return Ok(Outcome::Blocked);
                 }
+                // Handled by `day2` above.
+                Action::Paused
+                | Action::Adopt { .. }
+                | Action::AdoptionConflict { .. }
+                | Action::NotFound { .. }
+                | Action::Update(_)
+                | Action::Stop { .. }
+                | Action::Start(_)
+                | Action::Unsupported { .. } => return Ok(Outcome::Blocked),
             }
         }
     }
 
     /// Creates (or, idempotently, gets back) the machine and records it with its location in
     /// one write.
-    async fn create(&mut self, location: String) -> Result<Outcome, Error> {
+    async fn create(&mut self, location: String, facts: &Facts) -> Result<Outcome, Error> {
         let (result, reached) = self.fx.create().await;
         self.attempts.create_ended(self.uid, &location, reached);
         let machine = result?;
         vm_status::observed(self.status, self.vm, &machine);
         self.status.location = Some(location.clone());
+        self.status.applied = Some(facts.day2.desired.clone());
         self.fx.write_status(self.status).await?;
         let note = format!(
             "external machine {} created at {location} ({})",
@@ -405,14 +473,16 @@ async fn phase_events<E: Effects>(fx: &mut E, previous: Option<VmPhase>, seen: &
 
 /// When to look again: soon while the machine is on its way, after the resync period (drift
 /// detection) once it has settled.
-fn requeue(outcome: &Outcome, ctx: &Context) -> Requeue {
+fn requeue(outcome: &Outcome, ctx: &Context, vm: &VirtualMachine) -> Requeue {
     match outcome {
         Outcome::Settled(Phase::Running | Phase::Stopped | Phase::Failed) => {
-            Requeue::requeue(jitter(ctx.options.resync_period, 0.1))
+            let period = day2::poll_interval(vm, &ctx.options);
+            Requeue::requeue(jitter(period, 0.1))
         }
-        Outcome::Settled(_) | Outcome::Deleting => {
+        Outcome::Settled(_) | Outcome::Deleting | Outcome::Transition => {
             Requeue::requeue(jitter(ctx.options.poll_interval, 0.1))
         }
+        Outcome::Paused => Requeue::await_change(),
         Outcome::Done => Requeue::await_change(),
         // Never earlier than due: jitter upwards only.
         Outcome::After(after) => Requeue::requeue(*after + after.mul_f64(0.05)),
@@ -431,7 +501,11 @@ async fn resolve(vm: &VirtualMachine, ctx: &Context) -> Result<Provider, Error> 
         })
 }
 
-pub fn vm_spec(vm: &VirtualMachine) -> Result<VmSpec, Error> {
+/// The spec handed to the plugin, its `spec.parameters` checked against what `plugin`
+/// declares (an unknown or ill-typed one is [`Error::Parameters`], before any call).
+pub fn vm_spec(vm: &VirtualMachine, plugin: &PluginInfo) -> Result<VmSpec, Error> {
+    let parameters = parameters::check(&plugin.name, &plugin.parameters, &vm.spec.parameters)
+        .map_err(Error::Parameters)?;
     Ok(VmSpec {
         name: vm.name_any(),
         namespace: vm.namespace().unwrap_or_default(),
@@ -441,6 +515,6 @@ pub fn vm_spec(vm: &VirtualMachine) -> Result<VmSpec, Error> {
         memory_mib: to_mib(&vm.spec.memory).map_err(Error::Memory)?,
         user_data: vm.spec.user_data.clone(),
         labels: vm.labels().clone(),
-        parameters: Default::default(),
+        parameters,
     })
 }

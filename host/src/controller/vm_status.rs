@@ -11,8 +11,8 @@ use kube::api::PostParams;
 use kube::{Api, Resource, ResourceExt};
 
 use super::error::Error;
-use crate::api::conditions::{self, READY, SYNCED, Status};
-use crate::api::{VirtualMachine, VirtualMachineStatus, VmPhase};
+use crate::api::conditions::{self, READY, RESTART_REQUIRED, SYNCED, Status};
+use crate::api::{UpdateStrategy, VirtualMachine, VirtualMachineStatus, VmPhase};
 use crate::plugin::{Phase, VmStatus};
 
 /// The status as last written, or an empty one.
@@ -106,6 +106,39 @@ pub fn not_ready(
     );
 }
 
+/// Sets `RestartRequired`: `True` while a change waits for a restart; once it no longer
+/// waits, `False` if the condition was there (never added just to say `False`).
+pub fn restart_required(status: &mut VirtualMachineStatus, vm: &VirtualMachine, pending: bool) {
+    let generation = vm.meta().generation;
+    let condition = if pending {
+        let message = match vm.spec.update_strategy {
+            UpdateStrategy::Restart => "the change is applied with stop, update, start",
+            UpdateStrategy::Manual => {
+                "the change can only be applied to a stopped machine: set spec.powerState to \
+                 Stopped (then Running), or spec.updateStrategy to Restart"
+            }
+        };
+        conditions::new(
+            RESTART_REQUIRED,
+            Status::True,
+            "UpdateNeedsRestart",
+            message,
+            generation,
+        )
+    } else if conditions::find(&status.conditions, RESTART_REQUIRED).is_some() {
+        conditions::new(
+            RESTART_REQUIRED,
+            Status::False,
+            "NoRestartPending",
+            "no change waits for a restart",
+            generation,
+        )
+    } else {
+        return;
+    };
+    conditions::set(&mut status.conditions, condition);
+}
+
 /// Writes `status` onto `vm` as read, guarded by its resourceVersion, unless it says what
 /// `vm` already holds.
 pub async fn write(
@@ -154,6 +187,7 @@ mod tests {
                 deletion_policy: DeletionPolicy::Delete,
                 connection_config_map: None,
                 accept_location: None,
+                ..Default::default()
             },
         );
         vm.metadata.generation = Some(generation);

@@ -230,6 +230,7 @@ impl Env {
                 deletion_policy: DeletionPolicy::Delete,
                 connection_config_map: None,
                 accept_location: None,
+                ..Default::default()
             },
         );
         vm.metadata.namespace = Some(self.namespace.clone());

@@ -1,0 +1,294 @@
+use super::*;
+
+const HERE: &str = "aws:1:us-east-1";
+
+fn facts() -> Facts {
+    Facts {
+        deleting: false,
+        deletion_policy: DeletionPolicy::Delete,
+        id: Some("i-1".into()),
+        recorded_location: Some(HERE.into()),
+        intended_location: Some(HERE.into()),
+        accept_location: None,
+        absence_wait: Duration::ZERO,
+        never_created: false,
+        day2: Day2::default(),
+    }
+}
+
+fn machine(id: &str, phase: Phase) -> VmStatus {
+    VmStatus {
+        id: id.into(),
+        phase,
+        addresses: Vec::new(),
+        message: None,
+    }
+}
+
+/// Runs the decision loop against fixed answers, as the reconciler does against calls.
+fn run(
+    facts: &Facts,
+    get: Option<VmStatus>,
+    find: Option<VmStatus>,
+    location: &str,
+) -> (Action, Vec<&'static str>) {
+    let mut seen = Observed::default();
+    let mut asked = Vec::new();
+    loop {
+        match decide(facts, &seen) {
+            Step::Get(_) => {
+                asked.push("get");
+                seen.get = Some(get.clone());
+            }
+            Step::Find => {
+                asked.push("find");
+                seen.find = Some(find.clone());
+            }
+            Step::Location => {
+                asked.push("location");
+                seen.location = Some(location.into());
+            }
+            Step::Claimed(_) => {
+                asked.push("claimed");
+                seen.claimed_by = Some(None);
+            }
+            Step::Act(action) => return (action, asked),
+        }
+        assert!(asked.len() <= 3, "asked the same thing twice: {asked:?}");
+    }
+}
+
+#[test]
+fn a_new_vm_is_created_where_the_config_points() {
+    let f = Facts {
+        id: None,
+        recorded_location: None,
+        never_created: true,
+        ..facts()
+    };
+    let (action, asked) = run(&f, None, None, HERE);
+    assert_eq!(
+        action,
+        Action::Create {
+            location: HERE.into()
+        }
+    );
+    assert_eq!(asked, ["location"], "create is idempotent: no find needed");
+}
+
+#[test]
+fn a_create_of_unknown_outcome_is_looked_for_and_not_raced() {
+    let unknown = Facts {
+        id: None,
+        recorded_location: None,
+        absence_wait: Duration::from_secs(20),
+        ..facts()
+    };
+    let found = machine("i-7", Phase::Running);
+    let (action, asked) = run(&unknown, None, Some(found.clone()), HERE);
+    assert_eq!(
+        action,
+        Action::Observe(found),
+        "the machine it made is adopted"
+    );
+    assert_eq!(asked, ["location", "find"]);
+    assert!(
+        matches!(
+            run(&unknown, None, None, HERE).0,
+            Action::AwaitAbsence { .. }
+        ),
+        "no second create while the first may still land"
+    );
+    let later = Facts {
+        absence_wait: Duration::ZERO,
+        ..unknown
+    };
+    assert!(matches!(
+        run(&later, None, None, HERE).0,
+        Action::Create { .. }
+    ));
+}
+
+#[test]
+fn creates_go_where_the_vm_said_they_would() {
+    let fresh = Facts {
+        id: None,
+        recorded_location: None,
+        intended_location: None,
+        never_created: true,
+        ..facts()
+    };
+    assert_eq!(
+        run(&fresh, None, None, HERE).0,
+        Action::Intend {
+            location: HERE.into()
+        }
+    );
+    // An attempt may have made a machine at the old place: never create at the new one.
+    let moved = Facts {
+        id: None,
+        recorded_location: None,
+        ..facts()
+    };
+    assert!(matches!(
+        run(&moved, None, None, "aws:2:eu-west-1").0,
+        Action::LocationChanged { .. }
+    ));
+    // ... unless no attempt can have, or the user accepted the move.
+    let never = Facts {
+        never_created: true,
+        ..moved.clone()
+    };
+    assert!(matches!(
+        run(&never, None, None, "aws:2:eu-west-1").0,
+        Action::Intend { .. }
+    ));
+    let accepted = Facts {
+        accept_location: Some("aws:2:eu-west-1".into()),
+        ..moved
+    };
+    assert!(matches!(
+        run(&accepted, None, None, "aws:2:eu-west-1").0,
+        Action::Intend { .. }
+    ));
+}
+
+#[test]
+fn a_seen_machine_is_observed() {
+    let m = machine("i-1", Phase::Running);
+    let (action, asked) = run(&facts(), Some(m.clone()), None, HERE);
+    assert_eq!(action, Action::Observe(m));
+    assert_eq!(asked, ["get"]);
+}
+
+#[test]
+fn absence_alone_never_recreates() {
+    // find still sees it (the id changed, or get lags): observe that one.
+    let other = machine("i-2", Phase::Running);
+    let (action, _) = run(&facts(), None, Some(other.clone()), HERE);
+    assert_eq!(action, Action::Observe(other));
+    // within the grace period: wait.
+    let young = Facts {
+        absence_wait: Duration::from_secs(12),
+        ..facts()
+    };
+    let (action, _) = run(&young, None, None, HERE);
+    assert_eq!(
+        action,
+        Action::AwaitAbsence {
+            remaining: Duration::from_secs(12)
+        }
+    );
+    // moved: never recreate.
+    let (action, asked) = run(&facts(), None, None, "aws:2:eu-west-1");
+    assert_eq!(
+        action,
+        Action::LocationChanged {
+            recorded: HERE.into(),
+            current: "aws:2:eu-west-1".into()
+        }
+    );
+    assert_eq!(asked, ["get", "location"], "no find at the wrong place");
+    // only all three together mean lost.
+    let (action, asked) = run(&facts(), None, None, HERE);
+    assert_eq!(
+        action,
+        Action::Recreate {
+            lost: "i-1".into(),
+            location: HERE.into()
+        }
+    );
+    assert_eq!(asked, ["get", "location", "find"]);
+}
+
+#[test]
+fn an_accepted_move_recreates_at_the_new_location() {
+    let moved = Facts {
+        accept_location: Some("aws:2:eu-west-1".into()),
+        ..facts()
+    };
+    let (action, _) = run(&moved, None, None, "aws:2:eu-west-1");
+    assert_eq!(
+        action,
+        Action::Recreate {
+            lost: "i-1".into(),
+            location: "aws:2:eu-west-1".into()
+        }
+    );
+    let (action, _) = run(&moved, None, None, "aws:3:ap-south-1");
+    assert!(matches!(action, Action::LocationChanged { .. }));
+}
+
+#[test]
+fn deletion_deletes_what_it_sees_and_releases_only_confirmed_absence() {
+    let deleting = Facts {
+        deleting: true,
+        ..facts()
+    };
+    let m = machine("i-1", Phase::Running);
+    assert_eq!(
+        run(&deleting, Some(m.clone()), None, HERE).0,
+        Action::Delete(m)
+    );
+    let going = machine("i-1", Phase::Deleting);
+    assert_eq!(
+        run(&deleting, Some(going.clone()), None, HERE).0,
+        Action::AwaitDeletion(going)
+    );
+    let (action, asked) = run(&deleting, None, None, HERE);
+    assert_eq!(action, Action::Release);
+    assert_eq!(asked, ["get", "location", "find"]);
+    let young = Facts {
+        absence_wait: Duration::from_secs(3),
+        ..deleting.clone()
+    };
+    assert!(matches!(
+        run(&young, None, None, HERE).0,
+        Action::AwaitAbsence { .. }
+    ));
+    assert!(matches!(
+        run(&deleting, None, None, "elsewhere").0,
+        Action::LocationChanged { .. }
+    ));
+}
+
+#[test]
+fn deletion_without_an_id_finds_and_never_creates() {
+    let deleting = Facts {
+        deleting: true,
+        id: None,
+        recorded_location: None,
+        ..facts()
+    };
+    let found = machine("i-9", Phase::Running);
+    let (action, asked) = run(&deleting, None, Some(found.clone()), HERE);
+    assert_eq!(action, Action::Delete(found));
+    assert_eq!(asked, ["location", "find"]);
+    assert!(
+        matches!(
+            run(&deleting, None, None, "elsewhere").0,
+            Action::LocationChanged { .. }
+        ),
+        "a lost create may have made a machine at the intended place"
+    );
+    assert_eq!(run(&deleting, None, None, HERE).0, Action::Release);
+    let never = Facts {
+        never_created: true,
+        ..deleting
+    };
+    let (action, asked) = run(&never, None, None, HERE);
+    assert_eq!(action, Action::Release);
+    assert!(asked.is_empty(), "nothing to ask when nothing was sent");
+}
+
+#[test]
+fn orphan_asks_nothing() {
+    let orphan = Facts {
+        deleting: true,
+        deletion_policy: DeletionPolicy::Orphan,
+        ..facts()
+    };
+    let (action, asked) = run(&orphan, None, None, HERE);
+    assert_eq!(action, Action::Orphan);
+    assert!(asked.is_empty());
+}

@@ -1,0 +1,267 @@
+//! Day 2 on the real control plane, moto and the real ec2.wasm: per-VM parameters (checked
+//! before any call), power state, and resize (`updateStrategy: Restart` or `RestartRequired`).
+
+mod day2;
+
+use anyhow::{Context as _, ensure};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::ResourceExt;
+use serde_json::json;
+use vmop::api::{ProviderConfig, VmPhase};
+use vmop_tests::operator::{Env, wait_for};
+
+use day2::{condition, instance_field, operator_bin, patch_vm, subnet};
+
+#[tokio::test]
+async fn per_vm_parameters_reach_moto_and_bad_ones_are_refused_before_any_call()
+-> anyhow::Result<()> {
+    let env = Env::new("day2-params").await?;
+    let provider = env.standard_provider("aws").await?;
+    let (subnet_a, subnet_b) = (subnet(&env.moto, 11)?, subnet(&env.moto, 12)?);
+    let operator = env.operator().start(operator_bin())?;
+
+    // The ProviderConfig publishes what its plugin accepts and can do.
+    let pc = wait_for(
+        env.provider_configs(),
+        &provider,
+        "publishing the plugin's parameters",
+        |pc: Option<&ProviderConfig>| {
+            pc.and_then(|pc| pc.status.as_ref())
+                .and_then(|s| s.plugin.as_ref())
+                .is_some_and(|p| p.parameters.iter().any(|p| p.name == "subnetId"))
+        },
+    )
+    .await?
+    .context("ProviderConfig vanished")?;
+    let plugin = pc
+        .status
+        .and_then(|s| s.plugin)
+        .context("no plugin status")?;
+    for capability in ["update", "power", "user-data"] {
+        ensure!(
+            plugin.capabilities.iter().any(|c| c == capability),
+            "capability {capability} not published: {:?}",
+            plugin.capabilities
+        );
+    }
+    ensure!(
+        plugin
+            .parameters
+            .iter()
+            .any(|p| p.name == "rootVolumeSizeGiB"
+                && p.kind == "integer"
+                && !p.description.is_empty()),
+        "parameters published: {:?}",
+        plugin.parameters
+    );
+
+    let mut one = env.vm("one", &provider);
+    one.spec.parameters = [("subnetId".to_owned(), json!(subnet_a))].into();
+    let mut two = env.vm("two", &provider);
+    two.spec.parameters = [
+        ("subnetId".to_owned(), json!(subnet_b)),
+        ("rootVolumeSizeGiB".to_owned(), json!(12)),
+    ]
+    .into();
+    let mut unknown = env.vm("unknown", &provider);
+    unknown.spec.parameters = [("subnet".to_owned(), json!("subnet-x"))].into();
+    let mut typed = env.vm("typed", &provider);
+    typed.spec.parameters = [("rootVolumeSizeGiB".to_owned(), json!("big"))].into();
+    for vm in [&one, &two, &unknown, &typed] {
+        env.create_vm(vm).await?;
+    }
+
+    for (name, subnet) in [("one", &subnet_a), ("two", &subnet_b)] {
+        let vm = env.wait_ready(name).await?;
+        let id = vm
+            .status
+            .and_then(|s| s.id)
+            .context("Ready VM without id")?;
+        let actual = instance_field(&env.moto, &id, "subnetId")?;
+        ensure!(
+            actual.as_deref() == Some(subnet.as_str()),
+            "{name}: instance {id} is in subnet {actual:?}, not {subnet}"
+        );
+    }
+
+    for (name, parameter) in [
+        ("unknown", "spec.parameters.subnet "),
+        ("typed", "spec.parameters.rootVolumeSizeGiB"),
+    ] {
+        let vm = env
+            .wait_vm_condition(name, "Synced", "False", Some("InvalidSpec"))
+            .await?;
+        let (_, _, message) = condition(&vm, "Synced").context("no Synced")?;
+        ensure!(
+            message.contains(parameter),
+            "{name}: Synced message {message:?} does not name {parameter}"
+        );
+        let uid = vm.uid().context("no uid")?;
+        ensure!(env.live_instances(&uid)?.is_empty(), "{name} reached moto");
+        let calls = operator.calls_for(name);
+        ensure!(calls.is_empty(), "{name}: plugin calls made: {calls:?}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn power_state_stops_and_starts_and_drift_correction_keeps_it() -> anyhow::Result<()> {
+    let env = Env::new("day2-power").await?;
+    let provider = env.standard_provider("aws").await?;
+    let operator = env.operator().start(operator_bin())?;
+    env.create_vm(&env.vm("pw", &provider)).await?;
+    let vm = env.wait_ready("pw").await?;
+    let id = vm.status.and_then(|s| s.id).context("no id")?;
+
+    patch_vm(&env, "pw", json!({"spec": {"powerState": "Stopped"}})).await?;
+    env.wait_vm("pw", "Stopped", |vm| {
+        vm.and_then(|vm| vm.status.as_ref())
+            .is_some_and(|s| s.phase == Some(VmPhase::Stopped))
+    })
+    .await?;
+    let state = env.moto.instance_state(&id)?;
+    ensure!(
+        matches!(state.as_deref(), Some("stopped" | "stopping")),
+        "moto state of {id}: {state:?}"
+    );
+    // Drift correction respects it: a forced reconcile leaves it stopped and Synced.
+    patch_vm(
+        &env,
+        "pw",
+        json!({"metadata": {"annotations": {"vmop.dev/reconcile-requested-at": "t1"}}}),
+    )
+    .await?;
+    let vm = env
+        .wait_vm("pw", "handling reconcile request t1", |vm| {
+            vm.and_then(|vm| vm.status.as_ref())
+                .is_some_and(|s| s.last_handled_reconcile_at.as_deref() == Some("t1"))
+        })
+        .await?
+        .context("VM vanished")?;
+    ensure!(
+        condition(&vm, "Synced").is_some_and(|c| c.0 == "True"),
+        "a stopped VM is not a failure: {:?}",
+        condition(&vm, "Synced")
+    );
+    let stops = operator
+        .calls_for("pw")
+        .iter()
+        .filter(|c| c.op == "stop")
+        .count();
+    ensure!(stops == 1, "{stops} stop calls");
+    ensure!(
+        matches!(
+            env.moto.instance_state(&id)?.as_deref(),
+            Some("stopped" | "stopping")
+        ),
+        "restarted by drift correction"
+    );
+
+    patch_vm(&env, "pw", json!({"spec": {"powerState": "Running"}})).await?;
+    let vm = env.wait_ready("pw").await?;
+    ensure!(
+        vm.status.and_then(|s| s.id).as_deref() == Some(id.as_str()),
+        "the machine changed"
+    );
+    ensure!(env.moto.instance_state(&id)?.as_deref() == Some("running"));
+    let reasons: Vec<String> = env
+        .vm_events("pw")
+        .await?
+        .into_iter()
+        .map(|e| e.0)
+        .collect();
+    for reason in ["Stopping", "Starting"] {
+        ensure!(
+            reasons.iter().any(|r| r == reason),
+            "no {reason} Event: {reasons:?}"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn resize_restarts_only_under_the_restart_strategy() -> anyhow::Result<()> {
+    let env = Env::new("day2-resize").await?;
+    let provider = env.standard_provider("aws").await?;
+    let operator = env.operator().start(operator_bin())?;
+    env.create_vm(&env.vm("auto", &provider)).await?;
+    env.create_vm(&env.vm("manual", &provider)).await?;
+    let mut ids = Vec::new();
+    for name in ["auto", "manual"] {
+        let vm = env.wait_ready(name).await?;
+        let id = vm.status.and_then(|s| s.id).context("no id")?;
+        let before = instance_field(&env.moto, &id, "instanceType")?;
+        ensure!(before.as_deref() == Some("t3.nano"), "{name}: {before:?}");
+        ids.push(id);
+    }
+    let applied_1gi = |vm: Option<&vmop::api::VirtualMachine>| {
+        vm.and_then(|vm| vm.status.as_ref()).is_some_and(|s| {
+            s.applied.as_ref().is_some_and(|a| a.memory_mib == 1024)
+                && s.phase == Some(VmPhase::Running)
+        })
+    };
+
+    // Restart: stop, update, start; same machine, new type.
+    patch_vm(
+        &env,
+        "auto",
+        json!({"spec": {"memory": "1Gi", "updateStrategy": "Restart"}}),
+    )
+    .await?;
+    env.wait_vm("auto", "resized to 1Gi and running", applied_1gi)
+        .await?;
+    let auto = &ids[0];
+    ensure!(instance_field(&env.moto, auto, "instanceType")?.as_deref() == Some("t3.micro"));
+    ensure!(env.moto.instance_state(auto)?.as_deref() == Some("running"));
+    let ops: Vec<String> = operator
+        .calls_for("auto")
+        .into_iter()
+        .map(|c| c.op)
+        .collect();
+    for op in ["stop", "update", "start"] {
+        ensure!(ops.iter().any(|o| o == op), "no {op} call: {ops:?}");
+    }
+
+    // Manual (default): RestartRequired, no stop, still the old type.
+    patch_vm(&env, "manual", json!({"spec": {"memory": "1Gi"}})).await?;
+    env.wait_vm_condition(
+        "manual",
+        "RestartRequired",
+        "True",
+        Some("UpdateNeedsRestart"),
+    )
+    .await?;
+    let manual = &ids[1];
+    ensure!(env.moto.instance_state(manual)?.as_deref() == Some("running"));
+    ensure!(instance_field(&env.moto, manual, "instanceType")?.as_deref() == Some("t3.nano"));
+    let stops = operator
+        .calls_for("manual")
+        .iter()
+        .filter(|c| c.op == "stop")
+        .count();
+    ensure!(stops == 0, "manual VM stopped {stops} times");
+    // Switching the strategy applies it.
+    patch_vm(
+        &env,
+        "manual",
+        json!({"spec": {"updateStrategy": "Restart"}}),
+    )
+    .await?;
+    env.wait_vm("manual", "resized to 1Gi and running", applied_1gi)
+        .await?;
+    env.wait_vm_condition("manual", "RestartRequired", "False", None)
+        .await?;
+    ensure!(instance_field(&env.moto, manual, "instanceType")?.as_deref() == Some("t3.micro"));
+
+    // cpu stays mutable in the schema; image does not.
+    let refused = patch_vm(&env, "manual", json!({"spec": {"image": "ami-other"}})).await;
+    ensure!(refused.is_err(), "image change accepted");
+    let vm = patch_vm(
+        &env,
+        "manual",
+        json!({"spec": {"memory": Quantity("1Gi".into())}}),
+    )
+    .await?;
+    ensure!(vm.spec.memory.0 == "1Gi");
+    Ok(())
+}
