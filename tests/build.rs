@@ -6,7 +6,8 @@
 //! (`<target>/wasm-guests`), without the host build's flags (`RUSTFLAGS`, clippy's wrapper,
 //! coverage instrumentation): those belong to the host and may not even apply to wasm.
 //!
-//! The Python providers (`providers/python/<name>/app.py`, with the helper package
+//! The Python providers (`providers/python/<name>/app.py`, and those of
+//! [`PYTHON_ELSEWHERE`] kept beside their Rust twin, with the helper package
 //! `providers/python/vmop_provider/`) are built with componentize-py for world `plugin-http`
 //! (`wit/http-guest/`) into `<target>/wasm-guests/python/vmop_provider_<name>_py.wasm`. The
 //! tool is `$VMOP_COMPONENTIZE_PY` (set by `scripts/prepare.sh`), else `componentize-py` on
@@ -31,6 +32,8 @@ const GUEST_WORKSPACES: [&str; 2] = ["providers", "tests/fixtures/guests"];
 /// except the helper package.
 const PYTHON_PROVIDERS: &str = "providers/python";
 const PYTHON_HELPER: &str = "vmop_provider";
+/// Python providers outside `providers/python/`: (name, directory holding its `app.py`).
+const PYTHON_ELSEWHERE: [(&str, &str); 1] = [("testcloud", "providers/testcloud/python")];
 /// The WIT world of Python guests (the provider world plus wasi:http).
 const PYTHON_WIT: &str = "wit/http-guest";
 const PYTHON_WORLD: &str = "plugin-http";
@@ -236,20 +239,31 @@ fn build_python_providers(root: &Path, out_dir: &Path) -> Result<Vec<(String, Pa
         return Ok(Vec::new());
     };
     fs::create_dir_all(out_dir).map_err(|e| format!("cannot create {}: {e}", out_dir.display()))?;
-    let mut names: Vec<String> = fs::read_dir(&providers_dir)
+    let mut apps: Vec<(String, PathBuf)> = fs::read_dir(&providers_dir)
         .map_err(|e| format!("cannot read {}: {e}", providers_dir.display()))?
         .filter_map(Result::ok)
         .filter(|entry| entry.path().join("app.py").is_file())
-        .map(|entry| entry.file_name().to_string_lossy().into_owned())
-        .filter(|name| name != PYTHON_HELPER)
+        .map(|entry| {
+            (
+                entry.file_name().to_string_lossy().into_owned(),
+                entry.path(),
+            )
+        })
+        .filter(|(name, _)| name != PYTHON_HELPER)
         .collect();
-    names.sort();
+    apps.extend(
+        PYTHON_ELSEWHERE
+            .iter()
+            .map(|(name, dir)| ((*name).to_owned(), root.join(dir)))
+            .filter(|(_, dir)| dir.join("app.py").is_file()),
+    );
+    apps.sort();
     let mut built = Vec::new();
-    for name in names {
+    for (name, app_dir) in apps {
         let stem = format!("vmop_provider_{name}_py");
         let output = out_dir.join(format!("{stem}.wasm"));
         let sources = [
-            providers_dir.join(&name),
+            app_dir.clone(),
             providers_dir.join(PYTHON_HELPER),
             root.join(PYTHON_WIT),
             root.join("wit/provider.wit"),
@@ -264,7 +278,7 @@ fn build_python_providers(root: &Path, out_dir: &Path) -> Result<Vec<(String, Pa
             .arg("-d")
             .arg(root.join(PYTHON_WIT))
             .args(["-w", PYTHON_WORLD, "componentize", "app", "-p"])
-            .arg(providers_dir.join(&name))
+            .arg(&app_dir)
             .arg("-p")
             .arg(&providers_dir)
             .arg("-o")
@@ -276,8 +290,8 @@ fn build_python_providers(root: &Path, out_dir: &Path) -> Result<Vec<(String, Pa
             .map_err(|e| format!("cannot run {}: {e}", tool.display()))?;
         if !status.success() {
             return Err(format!(
-                "componentize-py failed to build {PYTHON_PROVIDERS}/{name} ({status}); see \
-                 the errors above"
+                "componentize-py failed to build {} ({status}); see the errors above",
+                app_dir.display()
             ));
         }
         fs::write(&stamp_file, &stamp)

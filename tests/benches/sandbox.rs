@@ -3,11 +3,19 @@
 //! - one call through the sandbox (fresh Store + instantiate + `create` of the trivial plugin +
 //!   drop), with the pooling allocator when available and with on-demand allocation, against a
 //!   native Rust `async fn` with the same logic;
-//! - loading a precompiled artifact from the cache against compiling the component.
+//! - loading a precompiled artifact from the cache against compiling the component;
+//! - per real provider (`sandbox/providers.rs`: ec2 and testcloud, each in Rust and in Python):
+//!   size, first compile, cached load, a call without I/O, a `get` against its loopback
+//!   backend (moto, the testcloud) and the conformance kit's result there.
 //!
-//! Medians of many iterations after a warm-up; the numbers are printed, not judged.
+//! Medians of many iterations after a warm-up; the numbers are printed, not judged. The
+//! provider table needs moto and the Python provider (`eval "$(scripts/prepare.sh)"` before
+//! the build); `VMOP_BENCH_PROVIDERS=0` skips it.
 
 #![allow(clippy::print_stdout)] // A benchmark's output is its report.
+
+#[path = "sandbox/providers.rs"]
+mod providers;
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -209,5 +217,18 @@ fn main() -> anyhow::Result<()> {
         "  compile / cached load:                                     {:.0}x",
         ratio(compile, cached)
     );
+
+    if std::env::var("VMOP_BENCH_PROVIDERS").is_ok_and(|v| v == "0") {
+        return Ok(());
+    }
+    println!(
+        "\nproviders (first compile: registry load with an empty cache; cached load: median of new registries over it)"
+    );
+    println!("{}", providers::Row::HEADER);
+    for (guest, provider, language) in providers::PROVIDERS {
+        let calls = if language == "Python" { 300 } else { 3000 };
+        let row = rt.block_on(providers::measure(guest, provider, language, calls))?;
+        println!("{row}");
+    }
     Ok(())
 }

@@ -1,6 +1,6 @@
-//! The `testcloud` provider (`providers/testcloud`, written only on the SDK) against the
-//! loopback testcloud (`vmop_tests::cloud`): the whole conformance kit, then what the kit does
-//! not call (power, update, a throttled cloud).
+//! The `testcloud` provider (`providers/testcloud`, written only on the SDK) and its Python
+//! twin against the loopback testcloud (`vmop_tests::cloud`): the whole conformance kit, then
+//! what the kit does not call (power, update, a throttled cloud).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -27,10 +27,9 @@ fn options_for(cloud: &Cloud) -> anyhow::Result<Options> {
     )
 }
 
-#[tokio::test]
-async fn testcloud_provider_passes_every_check() -> anyhow::Result<()> {
+async fn passes_every_check(guest: &str) -> anyhow::Result<()> {
     let cloud = Cloud::start(Config::default().with_token(TOKEN)).await?;
-    let report = super::run(GUEST, &options_for(&cloud)?).await?;
+    let report = super::run(guest, &options_for(&cloud)?).await?;
     ensure!(report.passed(), "failed {:?}:\n{report}", report.failed());
     let skipped: Vec<&str> = report
         .checks
@@ -42,9 +41,20 @@ async fn testcloud_provider_passes_every_check() -> anyhow::Result<()> {
     let stats = cloud.stats();
     ensure!(
         cloud.live().is_empty() && stats.created == 1 && stats.unauthorized > 0,
-        "one machine made and deleted, the falsified token refused: {stats:?}"
+        "{guest}: one machine made and deleted, the falsified token refused: {stats:?}"
     );
     Ok(())
+}
+
+#[tokio::test]
+async fn testcloud_provider_passes_every_check() -> anyhow::Result<()> {
+    passes_every_check(GUEST).await
+}
+
+/// The same provider in Python (`providers/testcloud/python/app.py`), the guide's example.
+#[tokio::test]
+async fn python_testcloud_provider_passes_every_check() -> anyhow::Result<()> {
+    passes_every_check("vmop_provider_testcloud_py").await
 }
 
 async fn load() -> anyhow::Result<(tempfile::TempDir, Arc<Plugin>)> {
