@@ -716,3 +716,55 @@ async fn converges_within_seconds_of_an_apiserver_restart() -> anyhow::Result<()
     );
     Ok(())
 }
+
+const RETRY_AFTER_SECONDS: u32 = 6;
+
+/// Path 13: a `503` with `Retry-After` (no EC2 error code) is retried no earlier than the
+/// cloud asked. The delay is longer than the grace period and the backoff, so a retry on
+/// either would show up before it; the VM is the only one behind its proxy, so every request
+/// the proxy sees is its.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_503_retry_after_is_honoured() -> anyhow::Result<()> {
+    let env = Env::new("retryafter").await?;
+    let proxy = FaultProxy::to_port(env.moto.port())?;
+    let provider = provider(&env, "aws", &proxy.endpoint()).await?;
+    proxy.set([Rule::on(
+        &["RunInstances"],
+        Fault::Status {
+            status: 503,
+            retry_after: Some(RETRY_AFTER_SECONDS),
+        },
+    )
+    .times(1)]);
+    let _operator = operator_args(&env).start(operator_bin())?;
+    let uid = create(&env, "vm", &provider).await?;
+    env.wait_ready("vm").await?;
+
+    let records = proxy.records();
+    let refused = records
+        .iter()
+        .position(|r| r.action == "RunInstances" && r.faulted())
+        .context("the 503 was never served")?;
+    let (refused_at, next) = match (records.get(refused), records.get(refused + 1)) {
+        (Some(refused), Some(next)) => (refused.at, next),
+        _ => anyhow::bail!("no request after the 503: {records:?}"),
+    };
+    let waited = next.at.saturating_duration_since(refused_at);
+    eprintln!(
+        "503 Retry-After: {RETRY_AFTER_SECONDS} s; next request ({}) {:.2} s later",
+        next.action,
+        waited.as_secs_f64()
+    );
+    ensure!(
+        waited >= Duration::from_secs(u64::from(RETRY_AFTER_SECONDS)),
+        "the next request ({}) came {:.2} s after a 503 asking for {RETRY_AFTER_SECONDS} s",
+        next.action,
+        waited.as_secs_f64()
+    );
+    let (duplicated, leaked) = instances(&env, &[uid]).await?;
+    ensure!(
+        duplicated.is_empty() && leaked.is_empty(),
+        "duplicated {duplicated:?}, leaked {leaked:?}"
+    );
+    Ok(())
+}
