@@ -596,12 +596,16 @@ const IN_FLIGHT_VMS: usize = 10;
 /// VMs created right after it converge about as fast as the same number of VMs on a healthy
 /// control plane (the floor, measured first in the same test).
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "issue 8 path 11 is not met yet: VMs converge 19-26 s after a kube-apiserver restart (floor ~5 s), around the bound, so the test is flaky; run with --ignored"]
 async fn converges_within_seconds_of_an_apiserver_restart() -> anyhow::Result<()> {
     let env = isolated_env("restart").await?;
     let proxy = FaultProxy::to_port(env.moto.port())?;
     let provider = provider(&env, "aws", &proxy.endpoint()).await?;
-    let operator = operator_args(&env).start(operator_bin())?;
+    // Drift checks every 30 s, not every 2 s: 61 Ready VMs re-checked every 2 s would ask for
+    // 30 calls/s of a ProviderConfig limited to 10, and measure the limiter, not the recovery.
+    let operator = env
+        .operator()
+        .args_from(["--resync-period", "30s", "--poll-interval", "1s"])
+        .start(operator_bin())?;
 
     let warm = create(&env, "warm", &provider).await?;
     env.wait_ready("warm").await?;
@@ -661,6 +665,7 @@ async fn converges_within_seconds_of_an_apiserver_restart() -> anyhow::Result<()
     let (duplicated, _) = instances(&env, &uids).await?;
     if std::env::var_os(VERBOSE_ENV).is_some() {
         let log = operator.log();
+        std::fs::write(std::env::temp_dir().join("vmop-restart-operator.log"), &log)?;
         let noteworthy: Vec<&str> = log
             .lines()
             .filter(|l| l.contains("\"WARN\"") || l.contains("\"ERROR\""))
@@ -699,13 +704,67 @@ async fn converges_within_seconds_of_an_apiserver_restart() -> anyhow::Result<()
              created after {after_done:?}"
         ),
     };
-    let bound = floor * 3 + Duration::from_secs(10);
+    // Measured: 6.1 s and 8.1 s against a 4.3 s floor; 16.0 s and 17.9 s (floor 4.2 s) while
+    // kube's 30 s trigger backoff held the VM watch (see `controller/relist.rs`).
+    let bound = floor * 2 + Duration::from_secs(6);
     ensure!(
         converged_in <= bound,
         "slow recovery: {:.1} s after the apiserver was ready (floor {:.1} s, bound {:.1} s)",
         converged_in.as_secs_f64(),
         floor.as_secs_f64(),
         bound.as_secs_f64()
+    );
+    Ok(())
+}
+
+const RETRY_AFTER_SECONDS: u32 = 6;
+
+/// Path 13: a `503` with `Retry-After` (no EC2 error code) is retried no earlier than the
+/// cloud asked. The delay is longer than the grace period and the backoff, so a retry on
+/// either would show up before it; the VM is the only one behind its proxy, so every request
+/// the proxy sees is its.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_503_retry_after_is_honoured() -> anyhow::Result<()> {
+    let env = Env::new("retryafter").await?;
+    let proxy = FaultProxy::to_port(env.moto.port())?;
+    let provider = provider(&env, "aws", &proxy.endpoint()).await?;
+    proxy.set([Rule::on(
+        &["RunInstances"],
+        Fault::Status {
+            status: 503,
+            retry_after: Some(RETRY_AFTER_SECONDS),
+        },
+    )
+    .times(1)]);
+    let _operator = operator_args(&env).start(operator_bin())?;
+    let uid = create(&env, "vm", &provider).await?;
+    env.wait_ready("vm").await?;
+
+    let records = proxy.records();
+    let refused = records
+        .iter()
+        .position(|r| r.action == "RunInstances" && r.faulted())
+        .context("the 503 was never served")?;
+    let (refused_at, next) = match (records.get(refused), records.get(refused + 1)) {
+        (Some(refused), Some(next)) => (refused.at, next),
+        _ => anyhow::bail!("no request after the 503: {records:?}"),
+    };
+    let waited = next.at.saturating_duration_since(refused_at);
+    eprintln!(
+        "503 Retry-After: {RETRY_AFTER_SECONDS} s; next request ({}) {:.2} s later",
+        next.action,
+        waited.as_secs_f64()
+    );
+    ensure!(
+        waited >= Duration::from_secs(u64::from(RETRY_AFTER_SECONDS)),
+        "the next request ({}) came {:.2} s after a 503 asking for {RETRY_AFTER_SECONDS} s",
+        next.action,
+        waited.as_secs_f64()
+    );
+    let (duplicated, leaked) = instances(&env, &[uid]).await?;
+    ensure!(
+        duplicated.is_empty() && leaked.is_empty(),
+        "duplicated {duplicated:?}, leaked {leaked:?}"
     );
     Ok(())
 }

@@ -190,11 +190,16 @@ pub async fn run(
         .predicate_filter(vm::trigger_key, Default::default());
     let controller_config =
         controller::Config::default().concurrency(config.max_concurrent_reconciles);
+    let connections = relist::watch(
+        cm_api,
+        watcher::Config::default().labels(&connection::selector()),
+    )
+    .touched_objects();
+    // kube's default trigger backoff grows to 30 s on repeated watch errors (as while an API
+    // server restarts) and stops reading every trigger, the VM watch included, meanwhile.
     let vms = Controller::for_stream(vm_triggers, vm_reader)
-        .owns(
-            cm_api,
-            watcher::Config::default().labels(&connection::selector()),
-        )
+        .owns_stream(connections)
+        .trigger_backoff(relist::ShortBackoff::default())
         .reconcile_on(vm_rx)
         .with_config(controller_config.clone())
         .graceful_shutdown_on(shutdown.clone())
@@ -203,7 +208,12 @@ pub async fn run(
             log_outcome("VirtualMachine", result);
             future::ready(())
         });
-    let pcs = Controller::new(Api::<ProviderConfig>::all(client), pc_watch)
+    let (pc_reader, pc_writer) = reflector::store();
+    let pc_triggers = relist::watch(Api::<ProviderConfig>::all(client), pc_watch)
+        .reflect(pc_writer)
+        .applied_objects();
+    let pcs = Controller::for_stream(pc_triggers, pc_reader)
+        .trigger_backoff(relist::ShortBackoff::default())
         .reconcile_on(pc_rx)
         // `vmCount` follows VM creations and deletions: batch bursts of them into one write.
         .with_config(controller_config.debounce(PROVIDER_CONFIG_DEBOUNCE))

@@ -7,14 +7,17 @@
 //! same stale resourceVersion, backing off up to 30 s each time. That is what a restarted
 //! kube-apiserver answers (its new watch cache starts at the current revision): VMs waited
 //! about 80 s after the API server was back (issue 8, path 11). Here such an error drops the
-//! watcher for a new one, which lists again, and retries are capped at [`MAX_RETRY`].
+//! watcher for a new one, which lists again, and retries are capped at [`MAX_RETRY`]. The
+//! desync itself is not passed on: it is handled, and a kube `Controller` backs off all its
+//! triggers on every error it reads (so the controllers also get [`ShortBackoff`] as their
+//! trigger backoff).
 //!
 //! # Guarantees
 //!
-//! - After a `410` on watch start, the next item is the start of a fresh list (`Init`), so the
-//!   reflector swaps in the API server's current state (test: `relist::tests`; end to end
-//!   `tests/tests/operator_faults.rs` `converges_within_seconds_of_an_apiserver_restart`,
-//!   ignored until path 11 is met: recovery still takes ~20 s).
+//! - After a `410` on watch start, the next item is the start of a fresh list (`Init`), not
+//!   the error, so the reflector swaps in the API server's current state (test:
+//!   `relist::tests`; end to end `tests/tests/operator_faults.rs`
+//!   `converges_within_seconds_of_an_apiserver_restart`).
 //! - While the API server is unreachable, attempts are at most [`MAX_RETRY`] apart.
 
 use std::fmt::Debug;
@@ -80,23 +83,31 @@ pub fn watch<K>(
 where
     K: kube::Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    let start = move || -> BoxStream<'static, Result<Event<K>, watcher::Error>> {
+    relisting(move || {
         watcher(api.clone(), config.clone())
             .backoff(ShortBackoff::default())
             .boxed()
-    };
+    })
+}
+
+/// The watch streams `start` makes, one after another: a desync ends one and starts the next
+/// in its place, and is not passed on.
+fn relisting<T: Send + 'static>(
+    start: impl Fn() -> BoxStream<'static, Result<Event<T>, watcher::Error>> + Clone + Send + 'static,
+) -> impl Stream<Item = Result<Event<T>, watcher::Error>> + Send {
     futures::stream::unfold(None, move |current| {
         let start = start.clone();
         async move {
-            let mut inner = current.unwrap_or_else(start);
-            let item = inner.next().await?;
-            let desynced = matches!(&item, Err(e) if is_desync(e));
-            if desynced {
+            let mut inner = current.unwrap_or_else(&start);
+            let mut item = inner.next().await?;
+            while matches!(&item, Err(e) if is_desync(e)) {
                 tracing::info!(
                     "the API server no longer has the watched resourceVersion; listing again"
                 );
+                inner = start();
+                item = inner.next().await?;
             }
-            Some((item, (!desynced).then_some(inner)))
+            Some((item, Some(inner)))
         }
     })
 }
@@ -124,6 +135,55 @@ mod tests {
             500
         ))));
         assert!(!is_desync(&watcher::Error::NoResourceVersion));
+    }
+
+    /// The first watch desyncs after one object; the second lists afresh.
+    #[tokio::test]
+    async fn a_desync_starts_a_fresh_list_and_is_not_passed_on() {
+        let started = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = started.clone();
+        let stream = relisting(move || {
+            let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let items: Vec<Result<Event<u32>, watcher::Error>> = if n == 0 {
+                vec![
+                    Ok(Event::Init),
+                    Ok(Event::InitDone),
+                    Ok(Event::Apply(1)),
+                    Err(watcher::Error::WatchStartFailed(api_error(410))),
+                    Ok(Event::Apply(99)),
+                ]
+            } else {
+                vec![
+                    Ok(Event::Init),
+                    Ok(Event::InitApply(2)),
+                    Ok(Event::InitDone),
+                ]
+            };
+            futures::stream::iter(items).boxed()
+        });
+        let seen: Vec<String> = stream
+            .map(|item| match item {
+                Ok(Event::Init) => "init".to_owned(),
+                Ok(Event::InitApply(n)) => format!("init-apply {n}"),
+                Ok(Event::InitDone) => "init-done".to_owned(),
+                Ok(Event::Apply(n)) => format!("apply {n}"),
+                Ok(Event::Delete(n)) => format!("delete {n}"),
+                Err(e) => format!("error {e}"),
+            })
+            .collect()
+            .await;
+        assert_eq!(
+            seen,
+            [
+                "init",
+                "init-done",
+                "apply 1",
+                "init",
+                "init-apply 2",
+                "init-done"
+            ]
+        );
+        assert_eq!(started.load(std::sync::atomic::Ordering::SeqCst), 2);
     }
 
     #[test]
