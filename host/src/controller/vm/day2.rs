@@ -20,6 +20,7 @@ use super::{Outcome, Run};
 use crate::api::conditions::{self, SYNCED, Status};
 use crate::api::{
     AppliedSpec, ManagementPolicy, PAUSED, POLL_INTERVAL, RECONCILE_REQUESTED_AT, VirtualMachine,
+    VmPhase,
 };
 use crate::controller::context::Options;
 use crate::controller::decide::{Action, Capabilities, Day2, Facts, Observed};
@@ -236,6 +237,13 @@ impl<E: Effects> Run<'_, E> {
             Action::Start(machine) => {
                 if std::mem::replace(&mut done.start, true) {
                     return self.settling(&machine).await;
+                }
+                // Stopped outside the operator: say so (status, Event) before correcting it.
+                let previous = self.status.phase;
+                if previous != Some(VmPhase::from(machine.phase)) {
+                    vm_status::observed(self.status, vm, &machine);
+                    self.fx.write_status(self.status).await?;
+                    super::phase_events(self.fx, previous, &machine).await;
                 }
                 self.fx.start(&machine.id).await?;
                 let note = format!(
