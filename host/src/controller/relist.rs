@@ -85,9 +85,25 @@ where
 {
     relisting(move || {
         watcher(api.clone(), config.clone())
+            .modify(slim)
             .backoff(ShortBackoff::default())
             .boxed()
     })
+}
+
+/// kubectl's copy of the last applied object, as big as the object itself.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Drops what no reconciler reads and the caches would otherwise hold for every object:
+/// `managedFields` (often larger than the spec) and kubectl's last-applied copy. Writes are
+/// unaffected: status goes through `/status`, which ignores metadata, and an empty
+/// `managedFields` in an update leaves the server's untouched.
+fn slim<K: kube::Resource>(object: &mut K) {
+    let meta = object.meta_mut();
+    meta.managed_fields = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+    }
 }
 
 /// The watch streams `start` makes, one after another: a desync ends one and starts the next
@@ -135,6 +151,27 @@ mod tests {
             500
         ))));
         assert!(!is_desync(&watcher::Error::NoResourceVersion));
+    }
+
+    #[test]
+    fn cached_objects_hold_no_managed_fields_and_no_last_applied_copy() {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+        let mut cm = ConfigMap::default();
+        cm.metadata.managed_fields = Some(vec![ManagedFieldsEntry::default()]);
+        cm.metadata.annotations = Some(
+            [
+                (LAST_APPLIED.to_owned(), "{...}".to_owned()),
+                ("vmop.dev/paused".to_owned(), "true".to_owned()),
+            ]
+            .into(),
+        );
+        slim(&mut cm);
+        assert_eq!(cm.metadata.managed_fields, None);
+        assert_eq!(
+            cm.metadata.annotations,
+            Some([("vmop.dev/paused".to_owned(), "true".to_owned())].into())
+        );
     }
 
     /// The first watch desyncs after one object; the second lists afresh.

@@ -28,14 +28,15 @@
 //!
 //! # Epochs
 //!
-//! A dedicated OS thread increments the epoch every [`EngineConfig::epoch_tick`]. A thread
-//! rather than a tokio task because a guest spinning on a runtime worker must not be able to
-//! starve the very timer that stops it. Missed ticks are skipped, never replayed in a burst.
-//! The thread stops when the [`PluginEngine`] is dropped.
+//! A dedicated OS thread increments the epoch every [`EngineConfig::epoch_tick`] while a call
+//! holds an instance slot, and sleeps (no wake-ups at all) while none does: an idle operator
+//! costs no CPU here (test: `the_ticker_sleeps_while_no_call_runs`). A thread rather than a
+//! tokio task because a guest spinning on a runtime worker must not be able to starve the very
+//! timer that stops it. Missed ticks are skipped, never replayed in a burst. The thread stops
+//! when the [`PluginEngine`] is dropped.
 
 use std::fmt;
-use std::sync::Arc;
-use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread;
 use std::time::Duration;
 
@@ -108,7 +109,7 @@ pub struct PluginEngine {
     pooling: bool,
     max_memory_bytes: usize,
     slots: Arc<Semaphore>,
-    _ticker: EpochTicker,
+    ticker: EpochTicker,
 }
 
 impl fmt::Debug for PluginEngine {
@@ -143,7 +144,7 @@ impl PluginEngine {
             pooling,
             max_memory_bytes: config.max_memory_bytes,
             slots: Arc::new(Semaphore::new(slots)),
-            _ticker: ticker,
+            ticker,
         }))
     }
 
@@ -165,9 +166,13 @@ impl PluginEngine {
         requested.min(self.max_memory_bytes)
     }
 
-    /// Waits for an instance slot.
-    pub(crate) async fn slot(&self) -> Option<OwnedSemaphorePermit> {
-        self.slots.clone().acquire_owned().await.ok()
+    /// Waits for an instance slot; the epoch ticks while it is held.
+    pub(crate) async fn slot(&self) -> Option<Slot> {
+        let permit = self.slots.clone().acquire_owned().await.ok()?;
+        Some(Slot {
+            _permit: permit,
+            _ticking: self.ticker.activity.enter(),
+        })
     }
 }
 
@@ -244,26 +249,98 @@ fn linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
     Ok(linker)
 }
 
-/// Increments the engine's epoch on its own thread until dropped.
+/// An instance slot, held for the duration of one call.
+pub(crate) struct Slot {
+    _permit: OwnedSemaphorePermit,
+    _ticking: Ticking,
+}
+
+/// What the ticker thread waits on: how many calls run, and whether to stop.
+#[derive(Debug, Default)]
+struct Activity {
+    state: Mutex<ActivityState>,
+    changed: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct ActivityState {
+    running: usize,
+    stop: bool,
+    /// How many times the thread went to sleep for want of a call (for the tests).
+    idle_sleeps: u64,
+}
+
+impl Activity {
+    fn enter(self: &Arc<Self>) -> Ticking {
+        self.update(|s| s.running += 1);
+        Ticking(self.clone())
+    }
+
+    fn update(&self, f: impl FnOnce(&mut ActivityState)) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        f(&mut state);
+        drop(state);
+        self.changed.notify_all();
+    }
+
+    /// Waits until a call runs (`true`) or the ticker is to stop (`false`); then, while calls
+    /// run, sleeps one tick at a time.
+    fn next_tick(&self, tick: Duration) -> bool {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if state.running == 0 {
+            state.idle_sleeps += 1;
+        }
+        let state = self
+            .changed
+            .wait_while(state, |s| s.running == 0 && !s.stop)
+            .unwrap_or_else(PoisonError::into_inner);
+        if state.stop {
+            return false;
+        }
+        let (state, _) = self
+            .changed
+            .wait_timeout_while(state, tick, |s| !s.stop)
+            .unwrap_or_else(PoisonError::into_inner);
+        !state.stop
+    }
+}
+
+/// A running call, as the ticker counts it.
+struct Ticking(Arc<Activity>);
+
+impl Drop for Ticking {
+    fn drop(&mut self) {
+        self.0.update(|s| s.running = s.running.saturating_sub(1));
+    }
+}
+
+/// Increments the engine's epoch on its own thread, while calls run, until dropped.
 struct EpochTicker {
-    stop: Option<mpsc::Sender<()>>,
+    activity: Arc<Activity>,
     thread: Option<thread::JoinHandle<()>>,
 }
 
 impl EpochTicker {
     fn start(engine: Engine, tick: Duration) -> Result<Self, EngineError> {
-        let (stop, stopped) = mpsc::channel::<()>();
+        Self::start_with(tick, move || engine.increment_epoch())
+    }
+
+    fn start_with(
+        tick: Duration,
+        increment: impl Fn() + Send + 'static,
+    ) -> Result<Self, EngineError> {
+        let activity = Arc::new(Activity::default());
+        let waits = activity.clone();
         let thread = thread::Builder::new()
             .name("vmop-epoch".into())
             .spawn(move || {
-                // `recv_timeout` returns early only when the sender is dropped: stop then.
-                while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(tick) {
-                    engine.increment_epoch();
+                while waits.next_tick(tick) {
+                    increment();
                 }
             })
             .map_err(EngineError::Ticker)?;
         Ok(EpochTicker {
-            stop: Some(stop),
+            activity,
             thread: Some(thread),
         })
     }
@@ -271,7 +348,7 @@ impl EpochTicker {
 
 impl Drop for EpochTicker {
     fn drop(&mut self) {
-        drop(self.stop.take());
+        self.activity.update(|s| s.stop = true);
         if let Some(thread) = self.thread.take() {
             // The thread only sleeps and increments; it cannot panic in a way worth reporting.
             let _ = thread.join();
@@ -282,6 +359,57 @@ impl Drop for EpochTicker {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// Ticks counted while no call runs, while one does, and after it ended.
+    #[test]
+    fn the_ticker_sleeps_while_no_call_runs() {
+        let ticks = Arc::new(AtomicU64::new(0));
+        let counted = ticks.clone();
+        let ticker = EpochTicker::start_with(Duration::from_millis(1), move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+        })
+        .unwrap();
+        let idle_sleeps = |ticker: &EpochTicker| {
+            ticker
+                .activity
+                .state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .idle_sleeps
+        };
+        let wait_asleep = |ticker: &EpochTicker, times: u64| {
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while idle_sleeps(ticker) < times {
+                assert!(std::time::Instant::now() < deadline, "never went to sleep");
+                thread::yield_now();
+            }
+        };
+        wait_asleep(&ticker, 1);
+        // Asleep on the condition variable: a window of 30 ticks' length sees none.
+        thread::sleep(Duration::from_millis(30));
+        assert_eq!(ticks.load(Ordering::SeqCst), 0, "ticked while idle");
+
+        let call = ticker.activity.enter();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while ticks.load(Ordering::SeqCst) < 3 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "never ticked during a call"
+            );
+            thread::yield_now();
+        }
+        drop(call);
+        wait_asleep(&ticker, 2);
+        let after = ticks.load(Ordering::SeqCst);
+        thread::sleep(Duration::from_millis(30));
+        assert_eq!(
+            ticks.load(Ordering::SeqCst),
+            after,
+            "kept ticking after the call"
+        );
+        drop(ticker);
+    }
 
     #[test]
     fn the_pool_fits_max_instances_of_the_largest_component() {
