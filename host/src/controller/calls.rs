@@ -11,8 +11,10 @@ use super::context::Context;
 use super::error::Error;
 use super::limiter::Permit;
 use super::provider::Provider;
+use crate::api::{RECONCILE_REQUESTED_AT, VirtualMachine, conditions};
 use crate::plugin::{CallError, Operation, UpdateOutcome, VmSpec, VmStatus};
 use crate::telemetry::metrics::CallOutcome;
+use kube::ResourceExt;
 
 /// The calls made for one VM (`namespace/name`) through one provider.
 #[derive(Debug)]
@@ -22,6 +24,25 @@ pub struct Calls<'a> {
     pub vm: String,
     /// Permits taken so far in this reconcile (what a throttled attempt reserves for the next).
     pub taken: AtomicU32,
+    /// This reconcile is the drift check of a settled VM ([`is_drift_check`]): its first call
+    /// yields to callers waiting for a token (the limiter's routine calls). What follows that
+    /// call acts on what it saw, and queues like any other.
+    pub routine: bool,
+}
+
+/// Whether a reconcile of `vm` can only be a drift check: not being deleted, its machine
+/// recorded and Ready for the current generation, and no reconcile requested.
+pub fn is_drift_check(vm: &VirtualMachine) -> bool {
+    let Some(status) = &vm.status else {
+        return false;
+    };
+    let requested = vm.annotations().get(RECONCILE_REQUESTED_AT);
+    vm.metadata.deletion_timestamp.is_none()
+        && status.id.is_some()
+        && status.observed_generation.is_some()
+        && status.observed_generation == vm.metadata.generation
+        && conditions::is_true(&status.conditions, conditions::READY)
+        && requested == status.last_handled_reconcile_at.as_ref()
 }
 
 impl Calls<'_> {
@@ -94,9 +115,12 @@ impl Calls<'_> {
     }
 
     fn permit(&self) -> Result<Permit, Duration> {
-        let permit = self
-            .provider
-            .try_permit(&self.vm, self.taken.load(Ordering::Relaxed))?;
+        let taken = self.taken.load(Ordering::Relaxed);
+        let permit = if self.routine && taken == 0 {
+            self.provider.try_routine_permit()?
+        } else {
+            self.provider.try_permit(&self.vm, taken)?
+        };
         self.taken.fetch_add(1, Ordering::Relaxed);
         Ok(permit)
     }

@@ -12,6 +12,12 @@
 //! - A caller told to come back is holding a reservation: the token is set aside for it (the
 //!   bucket goes into debt), so callers turned away together come back spaced at the rate
 //!   instead of all at once.
+//! - Routine calls (the drift check of a settled VM, [`Limiter::try_acquire_routine`]) yield:
+//!   they get a token only while nobody holds a reservation, and never reserve one, so VMs
+//!   with work to do are not queued behind the periodic checks of healthy ones
+//!   (`routine_calls_yield_to_waiting_callers`). A reservation not claimed within
+//!   [`STALE_RESERVATION`] of its due time (its VM was deleted, or went elsewhere) no longer
+//!   holds them back.
 //!
 //! # Caveats
 //!
@@ -88,6 +94,12 @@ struct Reservation {
 /// How long a caller turned away by the concurrency cap waits before trying again.
 pub const BUSY_RETRY: Duration = Duration::from_millis(200);
 
+/// How long past its due time a reservation still makes routine calls wait.
+pub const STALE_RESERVATION: Duration = Duration::from_secs(10);
+
+/// Spread of the returns of routine calls turned away together.
+const ROUTINE_SPREAD: Duration = Duration::from_secs(1);
+
 /// Throttle of one ProviderConfig.
 #[derive(Debug)]
 pub struct Limiter {
@@ -160,6 +172,31 @@ impl Limiter {
         Err(due - now)
     }
 
+    /// A permit for a routine call, or how long to wait: refused while any caller holds a
+    /// reservation (until the last is due, plus a spread), and never reserving. Never waits.
+    pub fn try_acquire_routine(&self) -> Result<Permit, Duration> {
+        let now = Instant::now();
+        let slot = self
+            .in_flight
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| BUSY_RETRY)?;
+        let mut reservations = self
+            .reservations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        reservations.retain(|_, r| r.due + STALE_RESERVATION > now);
+        let spread = || super::backoff::jitter(ROUTINE_SPREAD, 0.5);
+        if let Some(last) = reservations.values().map(|r| r.due).max() {
+            return Err(last.saturating_duration_since(now) + spread());
+        }
+        let mut bucket = self.bucket.lock().unwrap_or_else(PoisonError::into_inner);
+        match bucket.try_take(now) {
+            Ok(()) => Ok(Permit { _slot: Some(slot) }),
+            Err(wait) => Err(wait + spread()),
+        }
+    }
+
     pub fn limits(&self) -> &Limits {
         &self.limits
     }
@@ -205,6 +242,41 @@ mod tests {
             max_concurrent_calls: concurrent,
             ..Limits::default()
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn routine_calls_yield_to_waiting_callers() {
+        let limiter = Limiter::new(&limits(1, 1, 100));
+        let first = limiter.try_acquire("busy", 0);
+        assert!(first.is_ok());
+        drop(first);
+        // `busy` is turned away and holds a reservation: routine calls wait for it.
+        let due = limiter.try_acquire("busy", 0).unwrap_err();
+        let routine = limiter.try_acquire_routine().unwrap_err();
+        assert!(routine >= due, "{routine:?} < {due:?}");
+        tokio::time::advance(due).await;
+        // Still: `busy` has not claimed its token yet.
+        assert!(limiter.try_acquire_routine().is_err());
+        assert!(limiter.try_acquire("busy", 0).is_ok());
+        // The reservation is used and the bucket refilled: routine calls go again, and take
+        // no reservation when turned away.
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(limiter.try_acquire_routine().is_ok());
+        assert!(limiter.try_acquire_routine().is_err());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(
+            limiter.try_acquire("other", 0).is_ok(),
+            "a routine refusal reserved"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unclaimed_reservation_stops_holding_routine_calls_back() {
+        let limiter = Limiter::new(&limits(1, 1, 100));
+        drop(limiter.try_acquire("gone", 0));
+        let due = limiter.try_acquire("gone", 0).unwrap_err();
+        tokio::time::advance(due + STALE_RESERVATION).await;
+        assert!(limiter.try_acquire_routine().is_ok());
     }
 
     #[tokio::test(start_paused = true)]

@@ -115,6 +115,11 @@ impl Provider {
     pub fn try_permit(&self, caller: &str, taken: u32) -> Result<Permit, Duration> {
         self.limiter.try_acquire(caller, taken)
     }
+
+    /// A permit for a routine call (a drift check), which yields to callers waiting for one.
+    pub fn try_routine_permit(&self) -> Result<Permit, Duration> {
+        self.limiter.try_acquire_routine()
+    }
 }
 
 /// Everything needed to resolve a ProviderConfig.

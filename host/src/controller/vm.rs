@@ -104,6 +104,7 @@ pub async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Req
         provider: &provider,
         vm: format!("{namespace}/{}", vm.name_any()),
         taken: Default::default(),
+        routine: super::calls::is_drift_check(&vm),
     };
     let facts = facts(
         &vm,
