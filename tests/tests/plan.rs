@@ -1,6 +1,9 @@
 //! `vmop plan` on the real control plane, moto and the ec2 plugin: each pending action is
 //! printed, nothing is written (no new instance in moto, no object changed), and once the
-//! operator has converged the plan is empty and exits 0.
+//! operator has converged the plan is empty and exits 0. The same for the day-2 actions
+//! (adopt, update, restart, start, stop, paused).
+
+mod day2;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -43,6 +46,20 @@ async fn plan(env: &Env) -> anyhow::Result<(i32, BTreeMap<String, String>)> {
         })
         .collect();
     Ok((code, actions))
+}
+
+/// `vmop plan` as people read it (the table), for the test's namespace.
+async fn plan_table(env: &Env) -> anyhow::Result<String> {
+    let args = env.operator();
+    let output = tokio::process::Command::new(operator_bin())
+        .args(["plan", "-n", &args.namespace])
+        .arg("--plugin-dir")
+        .arg(&args.plugin_dir)
+        .args(["--operator-namespace", &args.namespace])
+        .env("KUBECONFIG", &args.kubeconfig)
+        .output()
+        .await?;
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
 /// Every instance moto holds for this test's namespace, with its state.
@@ -152,6 +169,144 @@ async fn plan_prints_each_pending_action_and_writes_nothing() -> anyhow::Result<
     let (code, actions) = plan(&env).await?;
     ensure!(
         code == 0 && actions.values().all(|a| a == "nothing"),
+        "after convergence the plan is not empty (exit {code}): {actions:?}"
+    );
+    Ok(())
+}
+
+/// State and instance type of each instance, as moto reports them.
+fn machines(env: &Env, ids: &[String]) -> anyhow::Result<Vec<(Option<String>, Option<String>)>> {
+    ids.iter()
+        .map(|id| {
+            Ok((
+                env.moto.instance_state(id)?,
+                day2::instance_field(&env.moto, id, "instanceType")?,
+            ))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn plan_prints_day2_actions_and_writes_nothing() -> anyhow::Result<()> {
+    let env = Env::new("plan-day2").await?;
+    let provider = env.standard_provider("aws").await?;
+    let mut operator = env.operator().start(operator_bin())?;
+    let names = ["steady", "grow", "halt", "wake", "restart", "held"];
+    for name in names {
+        let mut vm = env.vm(name, &provider);
+        if name == "wake" {
+            vm.spec.power_state = vmop::api::PowerState::Stopped;
+        }
+        if name == "grow" {
+            // `update` answers needs-restart (EC2 resizes stopped instances only): under
+            // Restart the operator carries it out after planning `update`.
+            vm.spec.update_strategy = vmop::api::UpdateStrategy::Restart;
+        }
+        env.create_vm(&vm).await?;
+    }
+    let mut ids = Vec::new();
+    for name in names {
+        let vm = env
+            .wait_vm(name, "settled", |vm| {
+                vm.and_then(|vm| vm.status.as_ref()).is_some_and(|s| {
+                    let want = if name == "wake" {
+                        vmop::api::VmPhase::Stopped
+                    } else {
+                        vmop::api::VmPhase::Running
+                    };
+                    s.phase == Some(want)
+                })
+            })
+            .await?
+            .context("VM vanished")?;
+        ids.push(vm.status.and_then(|s| s.id).context("no id")?);
+    }
+    day2::patch_vm(&env, "restart", json!({"spec": {"memory": "1Gi"}})).await?;
+    env.wait_vm_condition("restart", "RestartRequired", "True", None)
+        .await?;
+    operator.kill().await?;
+
+    // One of each day-2 action, with no operator running.
+    day2::patch_vm(&env, "grow", json!({"spec": {"memory": "1Gi"}})).await?;
+    day2::patch_vm(&env, "halt", json!({"spec": {"powerState": "Stopped"}})).await?;
+    day2::patch_vm(&env, "wake", json!({"spec": {"powerState": "Running"}})).await?;
+    day2::patch_vm(
+        &env,
+        "restart",
+        json!({"spec": {"updateStrategy": "Restart"}}),
+    )
+    .await?;
+    day2::patch_vm(
+        &env,
+        "held",
+        json!({"spec": {"memory": "1Gi"}, "metadata": {"annotations": {"vmop.dev/paused": "true"}}}),
+    )
+    .await?;
+    let outside = day2::run_instance(&env.moto, "t3.nano")?;
+    let mut adoptee = env.vm("adoptee", &provider);
+    adoptee.spec.external_id = Some(outside.clone());
+    env.create_vm(&adoptee).await?;
+    ids.push(outside);
+
+    let machines_before = machines(&env, &ids)?;
+    let before = versions(&env).await?;
+    println!("{}", plan_table(&env).await?);
+    let (code, actions) = plan(&env).await?;
+    ensure!(
+        code == 2,
+        "plan exited {code} with changes pending: {actions:?}"
+    );
+    let expect = [
+        ("steady", "nothing"),
+        ("grow", "update"),
+        ("halt", "stop"),
+        ("wake", "start"),
+        ("restart", "restart"),
+        ("held", "paused"),
+        ("adoptee", "adopt"),
+    ];
+    for (name, action) in expect {
+        ensure!(
+            actions.get(name).map(String::as_str) == Some(action),
+            "{name}: planned {:?}, expected {action} (all: {actions:?})",
+            actions.get(name)
+        );
+    }
+    ensure!(
+        versions(&env).await? == before,
+        "plan changed a VirtualMachine"
+    );
+    ensure!(
+        machines(&env, &ids)? == machines_before,
+        "plan changed the cloud"
+    );
+
+    // The operator does what the plan said; then only the paused VM is left, doing nothing.
+    let _operator = env.operator().start(operator_bin())?;
+    for name in ["grow", "restart"] {
+        env.wait_vm(name, "resized and running", |vm| {
+            vm.and_then(|vm| vm.status.as_ref()).is_some_and(|s| {
+                s.applied.as_ref().is_some_and(|a| a.memory_mib == 1024)
+                    && s.phase == Some(vmop::api::VmPhase::Running)
+            })
+        })
+        .await?;
+    }
+    env.wait_vm("halt", "stopped", |vm| {
+        vm.and_then(|vm| vm.status.as_ref())
+            .is_some_and(|s| s.phase == Some(vmop::api::VmPhase::Stopped))
+    })
+    .await?;
+    env.wait_ready("wake").await?;
+    env.wait_ready("adoptee").await?;
+    env.wait_vm_condition("restart", "RestartRequired", "False", None)
+        .await?;
+    let (code, actions) = plan(&env).await?;
+    ensure!(
+        code == 0
+            && actions
+                .iter()
+                .all(|(name, a)| a == if name == "held" { "paused" } else { "nothing" }),
         "after convergence the plan is not empty (exit {code}): {actions:?}"
     );
     Ok(())

@@ -138,7 +138,11 @@ impl<E: Effects> Run<'_, E> {
                 self.fx
                     .event(Severity::Normal, "Adopt", "Adopted", note)
                     .await;
-                Ok(Next::Return(Outcome::Settled(machine.phase)))
+                // Ours now: bring it to the spec in this same reconcile.
+                facts.id = Some(machine.id.clone());
+                facts.recorded_location = self.status.location.clone();
+                facts.day2.applied = None;
+                Ok(Next::Decide)
             }
             Action::AdoptionConflict { id, owner } => {
                 let message = format!(
