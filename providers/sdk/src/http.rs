@@ -284,8 +284,11 @@ impl Client {
     }
 }
 
+/// Writes and finishes the body. An empty body is only finished: the host may send a
+/// body-less request (a GET) at once and close the stream when the answer is in, so a flush
+/// of nothing could fail a request the server has already answered.
 fn write_body(body: OutgoingBody, bytes: &[u8]) -> Result<(), HttpError> {
-    {
+    if !bytes.is_empty() {
         let mut stream = body
             .write()
             .map_err(|()| HttpError::Rejected("body stream"))?;

@@ -113,7 +113,12 @@ impl JsonApi {
         decode(request, &response)
     }
 
-    /// `GET path` as `T`; `None` when the cloud answers 404.
+    /// `GET path` as `T`; every error status, 404 included, is an error (a list, a search).
+    pub fn fetch<T: DeserializeOwned>(&self, path: &str) -> Result<T, ProviderError> {
+        self.call(&self.request(Method::Get, path))
+    }
+
+    /// `GET path` as `T`; `None` when the cloud answers 404 (one resource by id).
     pub fn get<T: DeserializeOwned>(&self, path: &str) -> Result<Option<T>, ProviderError> {
         let request = self.request(Method::Get, path);
         let response = self.send(&request)?;

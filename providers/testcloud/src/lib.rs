@@ -81,10 +81,7 @@ fn machine(id: &str) -> String {
 
 /// The oldest machine made for `uid` (several only after racing creates).
 fn by_uid(api: &JsonApi, uid: &str) -> Result<Option<Machine>, ProviderError> {
-    let list: List = api.call(&api.request(
-        Method::Get,
-        &format!("/v1/machines?uid={}", encode_component(uid)),
-    ))?;
+    let list: List = api.fetch(&format!("/v1/machines?uid={}", encode_component(uid)))?;
     if list.machines.len() > 1 {
         warn!(
             "{} machines carry uid {uid}; using the oldest",
