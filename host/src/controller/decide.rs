@@ -362,3 +362,6 @@ fn with_location(seen: &Observed, act: impl FnOnce(String) -> Action) -> Step {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod day2_tests;

@@ -290,3 +290,48 @@ impl<E: Effects> Run<'_, E> {
         Ok(Next::Return(Outcome::Blocked))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vm(annotations: &[(&str, &str)]) -> VirtualMachine {
+        let mut vm = VirtualMachine::new("web", Default::default());
+        vm.metadata.annotations = Some(
+            annotations
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        );
+        vm
+    }
+
+    #[test]
+    fn poll_interval_is_the_annotation_clamped_to_the_minimum() {
+        let mut options = Options::new("ops");
+        options.resync_period = Duration::from_secs(300);
+        options.min_poll_interval = Duration::from_secs(10);
+        assert_eq!(poll_interval(&vm(&[]), &options), Duration::from_secs(300));
+        assert_eq!(
+            poll_interval(&vm(&[(POLL_INTERVAL, "1m")]), &options),
+            Duration::from_secs(60)
+        );
+        assert_eq!(
+            poll_interval(&vm(&[(POLL_INTERVAL, "1s")]), &options),
+            Duration::from_secs(10),
+            "clamped"
+        );
+        assert_eq!(
+            poll_interval(&vm(&[(POLL_INTERVAL, "soon")]), &options),
+            Duration::from_secs(300),
+            "unparsable: ignored"
+        );
+    }
+
+    #[test]
+    fn only_the_value_true_pauses() {
+        assert!(facts(&vm(&[(PAUSED, "true")]), None).paused);
+        assert!(!facts(&vm(&[(PAUSED, "false")]), None).paused);
+        assert!(!facts(&vm(&[]), None).paused);
+    }
+}
