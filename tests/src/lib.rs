@@ -1,6 +1,7 @@
 //! Test support for vmop: a real control plane (etcd + kube-apiserver + kube-controller-manager
-//! built from Go modules), a real EC2 API (moto), and the guest `.wasm` files built from
-//! `providers/` and `tests/fixtures/guests/`.
+//! built from Go modules), a real EC2 API (moto), an in-memory HTTP JSON cloud (`cloud`, the
+//! testcloud), and the guest `.wasm` files built from `providers/` and
+//! `tests/fixtures/guests/`.
 
 pub mod child;
 pub mod cloud;
