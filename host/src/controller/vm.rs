@@ -42,16 +42,17 @@ use super::effects::{Effects, Live, Severity};
 use super::error::{Error, Retry};
 use super::provider::Provider;
 use super::vm_status;
-use crate::api::parameters;
-use crate::api::quantity::to_mib;
 use crate::api::{
-    CREATE_LOCATION, PAUSED, POLL_INTERVAL, RECONCILE_REQUESTED_AT, VM_FINALIZER, VirtualMachine,
-    VirtualMachineStatus, VmPhase,
+    RECONCILE_REQUESTED_AT, VM_FINALIZER, VirtualMachine, VirtualMachineStatus, VmPhase,
 };
-use crate::plugin::{Phase, PluginInfo, VmSpec, VmStatus};
-use crate::telemetry::events::chain;
+use crate::plugin::{Phase, VmStatus};
 
 mod day2;
+mod inputs;
+mod report;
+
+pub use inputs::{facts, trigger_key, vm_spec};
+use report::{phase_events, report, report_unresolved};
 
 /// How a reconcile ended, in terms the caller turns into a requeue.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -121,49 +122,6 @@ pub async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Req
     ctx.vm_backoffs.reset(&key);
     ctx.vm_slow_backoffs.reset(&key);
     Ok(requeue(&outcome, &ctx, &vm))
-}
-
-/// The watch predicate of VirtualMachines: a reconcile is triggered when this changes, that is
-/// when the generation (spec, deletion) or one of the annotations a user sets to steer the
-/// operator (`vmop.dev/paused`, `vmop.dev/reconcile-requested-at`, `vmop.dev/poll-interval`)
-/// changes; not on the operator's own writes (status, finalizer, create location).
-/// Test: `tests/tests/operator_day2_pause.rs`.
-pub fn trigger_key(vm: &VirtualMachine) -> Option<u64> {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::hash::DefaultHasher::new();
-    vm.meta().generation.hash(&mut h);
-    for key in [PAUSED, RECONCILE_REQUESTED_AT, POLL_INTERVAL] {
-        vm.annotations().get(key).hash(&mut h);
-    }
-    Some(h.finish())
-}
-
-/// What [`decide`] needs: the object, what `attempts` knows with the ProviderConfig's
-/// creation grace period, and the plugin with the spec it is handed (`None` before the
-/// ProviderConfig is resolved: no capability, nothing desired).
-pub fn facts(
-    vm: &VirtualMachine,
-    attempts: &Attempts,
-    grace: Duration,
-    plugin: Option<(&PluginInfo, &VmSpec)>,
-) -> Facts {
-    let status = vm.status.as_ref();
-    let uid = vm.meta().uid.as_deref().unwrap_or_default();
-    Facts {
-        deleting: vm.meta().deletion_timestamp.is_some(),
-        deletion_policy: vm.spec.deletion_policy,
-        id: status.and_then(|s| s.id.clone()),
-        recorded_location: status.and_then(|s| s.location.clone()),
-        // What this process itself attempted beats an annotation the informer may show from
-        // before its own writes.
-        intended_location: attempts
-            .reached_location(uid)
-            .or_else(|| vm.annotations().get(CREATE_LOCATION).cloned()),
-        accept_location: vm.spec.accept_location.clone(),
-        absence_wait: attempts.absence_wait(uid, grace),
-        never_created: attempts.never_created(uid),
-        day2: day2::facts(vm, plugin),
-    }
 }
 
 /// Runs the decision loop for one VM and carries out its action through `fx`, updating
@@ -395,83 +353,6 @@ impl<E: Effects> Run<'_, E> {
     }
 }
 
-/// Records a failure in `Synced` and an Event. Best effort: a failure to write is logged, the
-/// original error is what the error policy acts on.
-async fn report<E: Effects>(
-    vm: &VirtualMachine,
-    status: &mut VirtualMachineStatus,
-    fx: &mut E,
-    error: &Error,
-    deleting: bool,
-) {
-    let prefix = if deleting {
-        "cannot delete the external machine: "
-    } else {
-        ""
-    };
-    let message = format!("{prefix}{}", chain(error));
-    vm_status::failed(status, vm, error.reason(), message.clone());
-    if let Err(e) = fx.write_status(status).await {
-        tracing::warn!(vm = %vm.name_any(), error = %chain(&e), "failed to record a failure in status");
-    }
-    fx.event(Severity::Warning, "Reconcile", error.reason(), message)
-        .await;
-}
-
-/// A failure before any provider could be resolved (missing ProviderConfig or Secret, bad
-/// plugin): recorded the same way, with a plain guarded status write.
-async fn report_unresolved(
-    vm: &VirtualMachine,
-    api: &Api<VirtualMachine>,
-    ctx: &Context,
-    error: &Error,
-) {
-    let mut status = vm_status::current(vm);
-    let deleting = vm.meta().deletion_timestamp.is_some();
-    let prefix = if deleting {
-        "cannot delete the external machine: "
-    } else {
-        ""
-    };
-    let message = format!("{prefix}{}", chain(error));
-    vm_status::failed(&mut status, vm, error.reason(), message.clone());
-    if let Err(e) = vm_status::write(api, vm, &status).await {
-        tracing::warn!(vm = %vm.name_any(), error = %chain(&e), "failed to record a failure in status");
-    }
-    ctx.events
-        .warning(vm, "Reconcile", error.reason(), message)
-        .await;
-}
-
-async fn phase_events<E: Effects>(fx: &mut E, previous: Option<VmPhase>, seen: &VmStatus) {
-    let now = VmPhase::from(seen.phase);
-    let Some(previous) = previous.filter(|p| *p != now) else {
-        return;
-    };
-    // A new machine coming up is the routine path: `Ready` turning True says it, and an Event
-    // per VM for it would double the Events of every lifecycle.
-    if now == VmPhase::Running && matches!(previous, VmPhase::Pending | VmPhase::Provisioning) {
-        return;
-    }
-    let note = format!(
-        "external machine {} is {} (was {})",
-        seen.id,
-        now.as_str(),
-        previous.as_str()
-    );
-    if seen.phase == Phase::Failed {
-        let note = match &seen.message {
-            Some(m) => format!("{note}: {m}"),
-            None => note,
-        };
-        fx.event(Severity::Warning, "Observe", "ExternalVMFailed", note)
-            .await;
-    } else {
-        fx.event(Severity::Normal, "Observe", "PhaseChanged", note)
-            .await;
-    }
-}
-
 /// When to look again: soon while the machine is on its way, after the resync period (drift
 /// detection) once it has settled.
 fn requeue(outcome: &Outcome, ctx: &Context, vm: &VirtualMachine) -> Requeue {
@@ -500,22 +381,4 @@ async fn resolve(vm: &VirtualMachine, ctx: &Context) -> Result<Provider, Error> 
             name: name.clone(),
             source: Box::new(source),
         })
-}
-
-/// The spec handed to the plugin, its `spec.parameters` checked against what `plugin`
-/// declares (an unknown or ill-typed one is [`Error::Parameters`], before any call).
-pub fn vm_spec(vm: &VirtualMachine, plugin: &PluginInfo) -> Result<VmSpec, Error> {
-    let parameters = parameters::check(&plugin.name, &plugin.parameters, &vm.spec.parameters)
-        .map_err(Error::Parameters)?;
-    Ok(VmSpec {
-        name: vm.name_any(),
-        namespace: vm.namespace().unwrap_or_default(),
-        uid: vm.meta().uid.clone().ok_or(Error::Metadata("uid"))?,
-        image: vm.spec.image.clone(),
-        cpu: vm.spec.cpu,
-        memory_mib: to_mib(&vm.spec.memory).map_err(Error::Memory)?,
-        user_data: vm.spec.user_data.clone(),
-        labels: vm.labels().clone(),
-        parameters,
-    })
 }
