@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# The scale benchmark of issue 12, in one command: vmop (release build, the testcloud provider
+# against the in-memory `vmop-testcloud`), the controller-runtime peer (bench/peer/) and the
+# bare-client floor, on one fresh control plane, through one driver (bench/peer/driver/), and
+# the table with ratios. README.md beside this file says what each figure is.
+#
+#   bench/run.sh [--sizes "1000 10000"] [--reps N] [--mode scale] [--impls "floor vmop peer"]
+#                [--idle 60s] [--work DIR] [--no-build]
+#
+# Each flag has an environment twin: SIZES (default 1000), REPS (2), MODE (scale), IMPLS,
+# IDLE, WORK (default $TMPDIR/vmop-bench, outside the repository), and VMOP_ARGS: extra
+# `vmop run` flags (default `--resync-period 30m`: the peer never re-reads its machines, so
+# vmop's drift check is kept out of the measured window; VMOP_ARGS= measures with the 5m default).
+# For each N and each rep the runs alternate floor, vmop, peer, each in its own namespace.
+# Results: $WORK/results.jsonl (one JSON object per run), $WORK/summary.md (the table), logs.
+set -euo pipefail
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+here=$top/bench
+cd "$top"
+
+sizes=${SIZES:-1000}
+reps=${REPS:-2}
+mode=${MODE:-scale}
+impls=${IMPLS:-floor vmop peer}
+idle=${IDLE:-60s}
+work=${WORK:-${TMPDIR:-/tmp}/vmop-bench}
+build=1
+while [ $# -gt 0 ]; do
+  case $1 in
+    --sizes) sizes=$2; shift 2 ;;
+    --reps) reps=$2; shift 2 ;;
+    --mode) mode=$2; shift 2 ;;
+    --impls) impls=$2; shift 2 ;;
+    --idle) idle=$2; shift 2 ;;
+    --work) work=$2; shift 2 ;;
+    --no-build) build=0; shift ;;
+    -h|--help) sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "run.sh: unknown argument $1 (--help)" >&2; exit 2 ;;
+  esac
+done
+case $mode in
+  scale) ;;
+  shards) echo "run.sh: MODE=shards (1 vs 3 replicas at N=5000) needs vmop --shards (issue 12), not built yet" >&2; exit 2 ;;
+  *) echo "run.sh: MODE is scale (or, later, shards), not $mode" >&2; exit 2 ;;
+esac
+vmop_args=${VMOP_ARGS---resync-period 30m}
+deadline=${DEADLINE:-30m}
+say() { printf -- '-- %s %s\n' "$(date -u +%T)" "$*"; }
+
+eval "$(scripts/prepare.sh)"
+target=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+bin=$work/bin
+mkdir -p "$bin" "$work/plugins" "$work/vmop-cache" "$work/logs"
+wasm=$target/wasm-guests/wasm32-wasip2/release/vmop_provider_testcloud.wasm
+if [ "$build" = 1 ]; then
+  say "building vmop and vmop-testcloud (release)"
+  cargo build --release --locked -p vmop --bin vmop -p vmop-tests --bin vmop-testcloud
+  say "building the testcloud provider (wasm32-wasip2, release)"
+  # As tests/build.rs does: the guests' own workspace and target directory, no host flags.
+  env -u RUSTFLAGS -u CARGO_ENCODED_RUSTFLAGS -u CARGO_BUILD_TARGET -u CARGO_TARGET_DIR \
+    cargo build --release --locked --target wasm32-wasip2 --manifest-path providers/Cargo.toml \
+    -p vmop-provider-testcloud --target-dir "$target/wasm-guests"
+  say "building the peer and the driver (go build; modules from the Go module proxy)"
+  (cd "$here/peer" && GOWORK=off go build -o "$bin/peer" . && GOWORK=off go build -o "$bin/driver" ./driver)
+fi
+vmop=$target/release/vmop
+testcloud=$target/release/vmop-testcloud
+for f in "$vmop" "$testcloud" "$wasm" "$bin/peer" "$bin/driver"; do
+  [ -f "$f" ] || { echo "run.sh: $f is missing (run without --no-build)" >&2; exit 1; }
+done
+cp "$wasm" "$work/plugins/testcloud.wasm"
+
+# A fresh control plane and testcloud for this invocation, stopped on exit.
+rm -rf "$work/cp"
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+say "starting etcd + kube-apiserver in $work/cp"
+"$here/controlplane.sh" "$work/cp" >/dev/null
+pids+=("$(cat "$work/cp/apiserver.pid")" "$(cat "$work/cp/etcd.pid")")
+export KUBECONFIG=$work/cp/admin.kubeconfig
+kubectl() { "$VMOP_CONTROLPLANE_BIN/kubectl" "$@"; }
+kubectl apply --server-side -f crds/ >/dev/null
+kubectl wait --for=condition=Established crd/virtualmachines.vmop.dev crd/providerconfigs.vmop.dev >/dev/null
+
+# The driver's VMs ask for image ami-12c6146b, which the testcloud is told to accept.
+"$testcloud" --listen 127.0.0.1:0 --image ami-12c6146b >"$work/testcloud.out" 2>"$work/logs/testcloud.log" &
+pids+=("$!")
+testcloud_pid=$!
+for _ in $(seq 100); do [ -s "$work/testcloud.out" ] && break; sleep 0.1; done
+endpoint=$(head -1 "$work/testcloud.out")
+[ -n "$endpoint" ] || { echo "run.sh: vmop-testcloud printed no endpoint" >&2; exit 1; }
+say "testcloud at $endpoint"
+
+# No limit of vmop's may set the pace: the plugin calls are not throttled (the defaults, 10/s in
+# bursts of 20 and 8 at once, would make the limiter, not the operator, the bottleneck), and the
+# testcloud has no read-after-write lag, so no creation grace period. No credentials.
+kubectl apply --server-side --force-conflicts -f - >/dev/null <<EOF
+apiVersion: vmop.dev/v1alpha1
+kind: ProviderConfig
+metadata: {name: bench}
+spec:
+  plugin: {path: testcloud.wasm}
+  config: {endpoint: "$endpoint"}
+  allowedHosts: ["$endpoint"]
+  allowPrivateNetworks: true
+  limits: {requestsPerSecond: 10000, burst: 10000, maxConcurrentCalls: 1024, creationGracePeriodSeconds: 0}
+EOF
+watch=(-watch "apiserver=$(cat "$work/cp/apiserver.pid")" -watch "etcd=$(cat "$work/cp/etcd.pid")"
+       -watch "testcloud=$testcloud_pid")
+
+results=$work/results.jsonl
+: >"$results"
+{
+  echo "commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- host providers || echo ' (+ uncommitted changes in host/ or providers/)')"
+  echo "cores $(nproc); vmop run flags: --max-concurrent-reconciles 16 $vmop_args; idle $idle"
+} >"$work/meta.txt"
+: >"$work/loads.tsv"
+
+run() { # IMPL N REP
+  local impl=$1 n=$2 rep=$3 ns="$1-$2-$3" cmd=()
+  case $impl in
+    floor) cmd=() ;;
+    # shellcheck disable=SC2206 # VMOP_ARGS is split on purpose
+    vmop) cmd=(-- "$vmop" run --plugin-dir "$work/plugins" --cache-dir "$work/vmop-cache"
+               --namespace '{ns}' --operator-namespace '{ns}' --metrics-addr 127.0.0.1:0
+               --max-concurrent-reconciles 16 $vmop_args) ;;
+    peer) cmd=(-- "$bin/peer" --namespace '{ns}' --metrics-bind-address 127.0.0.1:0
+               --max-concurrent-reconciles 16) ;;
+    *) echo "run.sh: unknown implementation $impl (floor, vmop, peer)" >&2; return 1 ;;
+  esac
+  local extra=(-idle "$idle")
+  [ "$impl" = floor ] && extra=(-floor -idle 0s) # no operator to watch idling
+  printf '%s\t%s\n' "$impl N=$n #$rep" "$(cut -d' ' -f1-3 /proc/loadavg)" >>"$work/loads.tsv"
+  say "$impl N=$n #$rep (namespace $ns; load $(cut -d' ' -f1-3 /proc/loadavg))"
+  "$bin/driver" -namespace "$ns" -n "$n" -workers 16 "${extra[@]}" -deadline "$deadline" \
+    -label "$impl N=$n #$rep" -out "$results" -log "$work/logs/$ns.log" "${watch[@]}" "${cmd[@]}"
+}
+
+failed=0
+for n in $sizes; do
+  for rep in $(seq "$reps"); do
+    for impl in $impls; do
+      run "$impl" "$n" "$rep" || { echo "!! $impl N=$n #$rep failed (log: $work/logs/$impl-$n-$rep.log)"; failed=1; }
+    done
+  done
+done
+python3 "$here/summarize.py" "$results" "$work/meta.txt" "$work/loads.tsv" | tee "$work/summary.md"
+say "done: $work/summary.md"
+exit "$failed"

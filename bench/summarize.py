@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Issue 12's table from the driver's results.jsonl: per N, floor | vmop | peer with ratios
+vmop/peer, vmop/floor and peer/floor (ratios of the means; each cell the range over the runs),
+then the writes per VM by verb and resource.
+
+usage: summarize.py RESULTS.jsonl [META.txt] [LOADS.tsv]"""
+import json
+import os
+import sys
+from collections import defaultdict
+
+IMPLS = ("floor", "vmop", "peer")
+DRIVER_WRITES = ("POST virtualmachines", "DELETECOLLECTION virtualmachines")
+
+
+def peak_rss(r):
+    return max(r["startupPeakRssMiB"], r["create"]["peakRssMiB"], r["idle"]["peakRssMiB"],
+               r["delete"]["peakRssMiB"])
+
+
+def w(phase):
+    return lambda r: r[phase]["operatorWrites"] / r["n"]
+
+
+# (name, value of one run, unit, whether the floor has it); see ONLY for rows only vmop has
+MAIN = [
+    ("create → all Ready", lambda r: r["create"]["seconds"], " s", True),
+    ("delete → all gone", lambda r: r["delete"]["seconds"], " s", True),
+    ("operator writes per VM, create + delete", None, "", True),
+    ("kube-apiserver CPU, create", lambda r: r["create"]["watchedCpuSeconds"].get("apiserver", 0), " s", True),
+    ("operator peak RSS", peak_rss, " MiB", False),
+    ("operator CPU, idle", lambda r: r["idle"]["cpuSeconds"], " s", False),
+]
+MORE = [
+    ("kube-apiserver CPU, delete", lambda r: r["delete"]["watchedCpuSeconds"].get("apiserver", 0), " s", True),
+    ("kube-apiserver CPU ms per VM, create + delete",
+     lambda r: 1000 * (r["create"]["watchedCpuSeconds"].get("apiserver", 0)
+                       + r["delete"]["watchedCpuSeconds"].get("apiserver", 0)) / r["n"], " ms", True),
+    ("etcd CPU, create + delete", lambda r: r["create"]["watchedCpuSeconds"].get("etcd", 0)
+     + r["delete"]["watchedCpuSeconds"].get("etcd", 0), " s", True),
+    ("operator CPU, create", lambda r: r["create"]["cpuSeconds"], " s", False),
+    ("operator CPU, delete", lambda r: r["delete"]["cpuSeconds"], " s", False),
+    ("testcloud CPU, create + delete", lambda r: r["create"]["watchedCpuSeconds"].get("testcloud", 0)
+     + r["delete"]["watchedCpuSeconds"].get("testcloud", 0), " s", False),
+    ("writes answered 409, per VM", lambda r: (r["create"]["conflicts"] + r["delete"]["conflicts"]) / r["n"], "", True),
+    ("writes during idle", lambda r: r["idle"]["writesTotal"], "", False),
+    ("operator RSS after idle", lambda r: r["idle"]["endRssMiB"], " MiB", False),
+    ("driver: all creates posted", lambda r: r["postSeconds"], " s", True),
+]
+
+
+ONLY = {"testcloud CPU, create + delete": {"vmop"}}
+
+
+def fmt(v):
+    if abs(v) >= 100:
+        return f"{v:.0f}"
+    if abs(v) >= 10:
+        return f"{v:.1f}"
+    return f"{v:.2f}"
+
+
+def span(vals, unit=""):
+    lo, hi = min(vals), max(vals)
+    return (fmt(lo) if fmt(lo) == fmt(hi) else f"{fmt(lo)}–{fmt(hi)}") + unit
+
+
+def mean(vals):
+    return sum(vals) / len(vals)
+
+
+def ratio(a, b):
+    return f"{a / b:.2f}" if a is not None and b else "–"
+
+
+def table(groups, n, impls, rows):
+    have = [i for i in IMPLS if i in impls]
+    pairs = [(a, b) for a, b in (("vmop", "peer"), ("vmop", "floor"), ("peer", "floor")) if a in have and b in have]
+    lines = ["| | " + " | ".join(f"{i} N={n}" for i in have) + "".join(f" | {a}/{b}" for a, b in pairs) + " |",
+             "|---" * (1 + len(have) + len(pairs)) + "|"]
+    for name, f, unit, floor_has in rows:
+        cells, means = [], {}
+        for i in have:
+            rs = groups[(i, n)]
+            if (i == "floor" and not floor_has) or (name in ONLY and i not in ONLY[name]):
+                cells.append("–")
+                means[i] = None
+            elif f is None:  # writes: create + delete
+                c, d = [w("create")(r) for r in rs], [w("delete")(r) for r in rs]
+                cells.append(f"{span(c)} + {span(d)}")
+                means[i] = mean(c) + mean(d)
+            else:
+                vals = [f(r) for r in rs]
+                cells.append(span(vals, unit))
+                means[i] = mean(vals)
+        lines.append(f"| {name} | " + " | ".join(cells)
+                     + "".join(f" | {ratio(means[a], means[b])}" for a, b in pairs) + " |")
+    return lines
+
+
+def writes_table(groups, n, impls):
+    have = [i for i in IMPLS if i in impls]
+    lines = [f"Writes per VM by verb and resource (mean of the runs; the driver's own marked):", "",
+             "| phase | request | " + " | ".join(have) + " |", "|---" * (2 + len(have)) + "|"]
+    for phase in ("create", "delete", "idle"):
+        keys = sorted({k for i in have for r in groups[(i, n)] for k in r[phase]["writes"]})
+        for k in keys:
+            vals = [mean([r[phase]["writes"].get(k, 0) for r in groups[(i, n)]]) / n for i in have]
+            if phase == "idle":
+                cells = [f"{v * n:.1f} total" for v in vals]
+            else:
+                cells = [f"{v:.3f}" for v in vals]
+            mark = " (driver)" if k in DRIVER_WRITES else ""
+            lines.append(f"| {phase} | `{k}`{mark} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def main():
+    runs = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+    meta = open(sys.argv[2]).read().strip() if len(sys.argv) > 2 and os.path.exists(sys.argv[2]) else ""
+    loads = []
+    if len(sys.argv) > 3 and os.path.exists(sys.argv[3]):
+        loads = [line.rstrip("\n").split("\t") for line in open(sys.argv[3]) if line.strip()]
+    groups = defaultdict(list)
+    for r in runs:
+        groups[(r["label"].split()[0], r["n"])].append(r)
+    out = ["# vmop scale benchmark (issue 12)", ""]
+    if meta:
+        out += [f"{line}  " for line in meta.splitlines()] + [""]
+    out += ["Cells: the range over the runs; ratios: of the means. Writes: the operator's own "
+            "(all but the driver's creates and deletecollection), leases excluded; the floor's are "
+            "the driver's one status write per VM.", ""]
+    for n in sorted({n for _, n in groups}):
+        impls = [i for i in IMPLS if (i, n) in groups]
+        out.append(f"## N = {n}  (runs: " + ", ".join(f"{i} ×{len(groups[(i, n)])}" for i in impls) + ")")
+        out.append("")
+        out += table(groups, n, impls, MAIN)
+        out += ["", "More figures:", ""]
+        out += table(groups, n, impls, MORE)
+        out.append("")
+        out += writes_table(groups, n, impls)
+        errors = [f"{r['label']}: {r[p]['error']}" for i in impls for r in groups[(i, n)]
+                  for p in ("create", "delete") if r[p].get("error")]
+        if errors:
+            out += ["", "Errors:"] + [f"- {e}" for e in errors]
+        out.append("")
+    if loads:
+        out += ["Load average (1, 5, 15 min) at the start of each run:", ""]
+        out += [f"- {label}: {load}" for label, load in loads]
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    main()
