@@ -18,8 +18,15 @@
 //! elsewhere reports `LocationChanged` after the revert; the simulated user then does what the
 //! condition says and points the ProviderConfig back at that location.
 //!
+//! `simulation/day2.rs` adds day-2 schedules (capabilities, power, resize under both update
+//! strategies, edits during faults): no call lacks its capability, no write is asked twice in
+//! one reconcile, and the machine converges to the spec or the VM says why not.
+//!
 //! A failing seed prints its schedule. `VMOP_SIM_SEED=N` replays one seed (and prints its
 //! schedule); `VMOP_SIM_SEEDS=N` sets how many seeds run (default 10,000).
+
+#[path = "simulation/day2.rs"]
+mod day2;
 
 use std::future::Future;
 use std::pin::pin;
@@ -37,8 +44,10 @@ use vmop::api::{
 use vmop::controller::attempts::Attempts;
 use vmop::controller::effects::{Effects, Severity};
 use vmop::controller::error::Error;
-use vmop::controller::vm::{drive, facts};
-use vmop::plugin::{CallError, Operation, Phase, ProviderError, UpdateOutcome, VmStatus};
+use vmop::controller::vm::{drive, facts, vm_spec};
+use vmop::plugin::{
+    CallError, Operation, Phase, PluginInfo, ProviderError, UpdateOutcome, VmStatus,
+};
 
 const GRACE: Duration = Duration::from_secs(30);
 /// Read-after-write lag of the fake cloud: within the grace period, as the contract requires.
@@ -84,6 +93,20 @@ struct Machine {
     visible_at: Duration,
     /// While terminating, reads see phase Deleting until then.
     deleting_until: Option<Duration>,
+    /// Powered on (`start`/`stop`, or someone at the cloud).
+    running: bool,
+    /// Its size, as `update` last made it.
+    memory_mib: u64,
+}
+
+/// What the fake plugin can do (`day2.rs` varies it per seed; the original schedules run
+/// with none).
+#[derive(Debug, Clone, Copy, Default)]
+struct Abilities {
+    update: bool,
+    power: bool,
+    /// `update` resizes a running machine (else it answers needs-restart).
+    live_resize: bool,
 }
 
 /// The world one schedule runs in.
@@ -102,6 +125,10 @@ struct World {
     /// The create in progress reached the cloud's state.
     acted: bool,
     log: Vec<String>,
+    abilities: Abilities,
+    /// Contract breaches seen by the fake plugin (a call lacking its capability, a write
+    /// asked twice in one reconcile).
+    violations: Vec<String>,
 }
 
 impl World {
@@ -136,6 +163,8 @@ impl World {
             informer_floor: 0,
             acted: false,
             log: Vec::new(),
+            abilities: Abilities::default(),
+            violations: Vec::new(),
         }
     }
 
@@ -193,7 +222,8 @@ impl World {
         let phase = match m.deleting_until {
             Some(until) if self.now < until => Phase::Deleting,
             Some(_) => return None,
-            None => Phase::Running,
+            None if m.running => Phase::Running,
+            None => Phase::Stopped,
         };
         Some(VmStatus {
             id: m.id.clone(),
@@ -251,6 +281,10 @@ struct Fake<'w> {
     /// The object as this reconcile last read or wrote it.
     vm: VirtualMachine,
     crashed: bool,
+    /// `spec.memory` of the view this reconcile started from, in MiB.
+    desired_mib: u64,
+    /// The write calls (`update`, `start`, `stop`) made in this reconcile.
+    writes: Vec<Operation>,
 }
 
 impl Fake<'_> {
@@ -351,6 +385,8 @@ impl Fake<'_> {
                         live: true,
                         visible_at: w.now + lag,
                         deleting_until: None,
+                        running: true,
+                        memory_mib: f.desired_mib,
                     });
                     id
                 }
@@ -361,6 +397,48 @@ impl Fake<'_> {
                 addresses: Vec::new(),
                 message: None,
             })
+        })
+        .await
+    }
+
+    /// Records a write call, and a violation when the plugin lacks its capability or it was
+    /// already made in this reconcile.
+    fn write_call(&mut self, op: Operation, capable: bool) {
+        if !capable {
+            self.world
+                .violations
+                .push(format!("{} called without its capability", op.as_str()));
+        }
+        if self.writes.contains(&op) {
+            self.world
+                .violations
+                .push(format!("{} called twice in one reconcile", op.as_str()));
+        }
+        self.writes.push(op);
+    }
+
+    /// The live, visible machine `id` at this reconcile's location.
+    fn machine(&mut self, id: &str) -> Option<&mut Machine> {
+        let (now, at) = (self.world.now, self.location.clone());
+        self.world.machines.iter_mut().find(|m| {
+            m.id == id
+                && m.live
+                && m.location == at
+                && m.deleting_until.is_none()
+                && now >= m.visible_at
+        })
+    }
+
+    async fn power(&mut self, op: Operation, id: &str, on: bool) -> Result<(), Error> {
+        self.write_call(op, self.world.abilities.power);
+        self.perform(op, format!("{} {id}", op.as_str()), move |f| {
+            match f.machine(id) {
+                Some(m) => {
+                    m.running = on;
+                    Ok(())
+                }
+                None => Err(Fake::transient(op)),
+            }
         })
         .await
     }
@@ -451,15 +529,31 @@ impl Effects for Fake<'_> {
     }
 
     async fn update(&mut self, id: &str) -> Result<UpdateOutcome, Error> {
-        unreachable!("no capability declared: update {id}")
+        self.write_call(Operation::Update, self.world.abilities.update);
+        let desired = self.desired_mib;
+        self.perform(Operation::Update, format!("update {id}"), move |f| {
+            let live_resize = f.world.abilities.live_resize;
+            let Some(m) = f.machine(id) else {
+                return Err(Fake::transient(Operation::Update));
+            };
+            if m.memory_mib == desired {
+                Ok(UpdateOutcome::Applied)
+            } else if !m.running || live_resize {
+                m.memory_mib = desired;
+                Ok(UpdateOutcome::Applied)
+            } else {
+                Ok(UpdateOutcome::NeedsRestart)
+            }
+        })
+        .await
     }
 
     async fn start(&mut self, id: &str) -> Result<(), Error> {
-        unreachable!("no capability declared: start {id}")
+        self.power(Operation::Start, id, true).await
     }
 
     async fn stop(&mut self, id: &str) -> Result<(), Error> {
-        unreachable!("no capability declared: stop {id}")
+        self.power(Operation::Stop, id, false).await
     }
 
     async fn claimed_by(&mut self, id: &str) -> Result<Option<String>, Error> {
@@ -533,7 +627,27 @@ fn reconcile(world: &mut World, attempts: &mut Attempts) {
     };
     let rv = view.metadata.resource_version.clone().unwrap_or_default();
     world.note(format!("reconcile (view rv {rv})"));
-    let facts = facts(&view, attempts, GRACE, None);
+    let info = PluginInfo {
+        name: "sim".into(),
+        version: "0".into(),
+        wit_version: "0.2.0".into(),
+        capabilities: [
+            ("update", world.abilities.update),
+            ("power", world.abilities.power),
+        ]
+        .into_iter()
+        .filter(|(_, on)| *on)
+        .map(|(c, _)| c.to_owned())
+        .collect(),
+        parameters: Vec::new(),
+    };
+    let Ok(spec) = vm_spec(&view, &info) else {
+        world
+            .violations
+            .push("the simulated VM has no valid spec".into());
+        return;
+    };
+    let facts = facts(&view, attempts, GRACE, Some((&info, &spec)));
     let mut status = view.status.clone().unwrap_or_default();
     let location = world.location.clone();
     let mut fake = Fake {
@@ -541,6 +655,8 @@ fn reconcile(world: &mut World, attempts: &mut Attempts) {
         location,
         vm: view.clone(),
         crashed: false,
+        desired_mib: spec.memory_mib,
+        writes: Vec::new(),
     };
     let outcome = run_once(drive(&view, facts, attempts, &mut status, &mut fake));
     let crashed = fake.crashed;
@@ -622,6 +738,9 @@ async fn run_schedule(world: &mut World) -> Result<(), String> {
             world.location = back;
         }
         reconcile(world, &mut attempts);
+        if let Some(v) = world.violations.first() {
+            return Err(format!("step {step}: {v}"));
+        }
         let live = world.live_for_uid();
         if live > 1 {
             return Err(format!(
@@ -688,6 +807,43 @@ async fn no_schedule_leaks_duplicates_or_sticks() {
         "simulation: {} seeds, {} steps each, {:?} wall, {} failed",
         seeds.len(),
         STEPS + SETTLE_STEPS,
+        started.elapsed(),
+        failures.len()
+    );
+    if let Some((seed, why, log)) = failures.first() {
+        let seeds_failed: Vec<u64> = failures.iter().map(|f| f.0).take(20).collect();
+        panic!(
+            "{} of {} seeds failed ({seeds_failed:?}...); first: seed {seed}: {why}\n\
+             replay with VMOP_SIM_SEED={seed}\n{}",
+            failures.len(),
+            seeds.len(),
+            log.join("\n")
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn day2_schedules_respect_capabilities_and_converge() {
+    let seeds: Vec<u64> = match env_u64("VMOP_SIM_SEED") {
+        Some(seed) => vec![seed],
+        None => (0..env_u64("VMOP_SIM_SEEDS").unwrap_or(10_000) / 5).collect(),
+    };
+    let started = std::time::Instant::now();
+    let mut failures = Vec::new();
+    for &seed in &seeds {
+        let mut world = World::new(seed);
+        let result = day2::run(&mut world).await;
+        let log = std::mem::take(&mut world.log);
+        if seeds.len() == 1 {
+            println!("{}", log.join("\n"));
+        }
+        if let Err(why) = result {
+            failures.push((seed, why, log));
+        }
+    }
+    println!(
+        "day-2 simulation: {} seeds, {:?} wall, {} failed",
+        seeds.len(),
         started.elapsed(),
         failures.len()
     );

@@ -242,8 +242,9 @@ pub struct VirtualMachineStatus {
     pub last_error: Option<String>,
 
     /// What the machine was last made to match (cpu, memory, parameters): a spec that differs
-    /// is applied through the provider's `update`. Absent for a machine not yet updated by
-    /// this operator (an adopted one, or one created before this field existed).
+    /// is applied through the provider's `update`. Absent while not known: an adopted machine,
+    /// one created before this field existed or whose create answer was lost, or an update in
+    /// flight; the next `update` settles it (a provider without `update` is taken to match).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub applied: Option<AppliedSpec>,
 

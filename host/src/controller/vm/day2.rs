@@ -185,6 +185,15 @@ impl<E: Effects> Run<'_, E> {
                 if std::mem::replace(&mut done.update, true) {
                     return self.settling(&machine).await;
                 }
+                // Forget what was applied before asking: if the answer or the next write is
+                // lost, the next reconcile does not trust a size the machine may no longer
+                // have, and asks again (`update` is idempotent). Found by the simulation: an
+                // update whose record was lost, then the spec reverted, left the machine at
+                // the size asked in between.
+                if self.status.applied.is_some() {
+                    self.status.applied = None;
+                    self.fx.write_status(self.status).await?;
+                }
                 match self.fx.update(&machine.id).await? {
                     UpdateOutcome::Applied => {
                         self.status.applied = Some(facts.day2.desired.clone());

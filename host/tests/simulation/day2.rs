@@ -1,0 +1,192 @@
+//! Day-2 schedules for the simulation: the fake plugin declares a random subset of `update`
+//! and `power` (and may resize live or only when stopped); the user edits memory, powerState
+//! and updateStrategy while faults run; someone powers the machine at the cloud.
+//!
+//! Checked after every step: no call whose capability is missing, no write (`update`, `start`,
+//! `stop`) twice in one reconcile, at most one live machine. After the faults stop: the machine
+//! has the power state and size the spec asks, or the VM says why not (`RestartRequired=True`
+//! under `updateStrategy: Manual`, `PowerNotSupported`, `UpdateNotSupported`); then deleting
+//! the VM leaves nothing behind.
+
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use vmop::api::{PowerState, UpdateStrategy, VirtualMachine};
+use vmop::controller::attempts::Attempts;
+
+use super::{Abilities, SETTLE_STEPS, STEPS, UID, World, advance, reconcile};
+
+const SIZES: [&str; 3] = ["512Mi", "1Gi", "2Gi"];
+
+fn mib(memory: &Quantity) -> u64 {
+    match memory.0.as_str() {
+        "1Gi" => 1024,
+        "2Gi" => 2048,
+        _ => 512,
+    }
+}
+
+/// The user edits the spec: a new generation.
+fn edit(world: &mut World) {
+    let Some(mut vm) = world.latest().cloned() else {
+        return;
+    };
+    let what = world.rng.below(3);
+    let spec = &mut vm.spec;
+    let note = match what {
+        0 => {
+            let size = SIZES
+                .get(world.rng.below(3) as usize)
+                .copied()
+                .unwrap_or("512Mi");
+            spec.memory = Quantity(size.into());
+            format!("user sets memory {size}")
+        }
+        1 => {
+            spec.power_state = match spec.power_state {
+                PowerState::Running => PowerState::Stopped,
+                PowerState::Stopped => PowerState::Running,
+            };
+            format!("user sets powerState {:?}", spec.power_state)
+        }
+        _ => {
+            spec.update_strategy = match spec.update_strategy {
+                UpdateStrategy::Manual => UpdateStrategy::Restart,
+                UpdateStrategy::Restart => UpdateStrategy::Manual,
+            };
+            format!("user sets updateStrategy {:?}", spec.update_strategy)
+        }
+    };
+    vm.metadata.generation = Some(vm.metadata.generation.unwrap_or(1) + 1);
+    world.note(note);
+    world.commit(vm);
+}
+
+/// Someone powers the machine off or on at the cloud.
+fn flip_power_outside(world: &mut World) {
+    if let Some(m) = world.machines.iter_mut().find(|m| m.live && m.uid == UID) {
+        m.running = !m.running;
+        let (id, on) = (m.id.clone(), m.running);
+        world.note(format!(
+            "someone powers {id} {}",
+            if on { "on" } else { "off" }
+        ));
+    }
+}
+
+fn synced_reason(vm: &VirtualMachine) -> Option<String> {
+    let status = vm.status.as_ref()?;
+    let synced = status.conditions.iter().find(|c| c.type_ == "Synced")?;
+    (synced.status == "False").then(|| synced.reason.clone())
+}
+
+fn restart_required(vm: &VirtualMachine) -> bool {
+    vm.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == "RestartRequired" && c.status == "True")
+    })
+}
+
+/// Whether the machine matches the spec, or the VM says why it cannot.
+fn converged(world: &World) -> Result<(), String> {
+    let vm = world.latest().ok_or("the VM is gone")?;
+    let live: Vec<_> = world
+        .machines
+        .iter()
+        .filter(|m| m.live && m.uid == UID)
+        .collect();
+    let [machine] = live.as_slice() else {
+        return Err(format!("{} live machines after settling", live.len()));
+    };
+    let abilities = world.abilities;
+    let want_running = vm.spec.power_state == PowerState::Running;
+    let unsupported =
+        synced_reason(vm).is_some_and(|r| r == "PowerNotSupported" || r == "UpdateNotSupported");
+    if machine.running != want_running && (abilities.power || !unsupported) {
+        return Err(format!(
+            "machine running={} but powerState {:?} (abilities {abilities:?}, Synced {:?})",
+            machine.running,
+            vm.spec.power_state,
+            synced_reason(vm)
+        ));
+    }
+    let want = mib(&vm.spec.memory);
+    if machine.memory_mib != want {
+        let waiting = vm.spec.update_strategy == UpdateStrategy::Manual
+            && machine.running
+            && restart_required(vm);
+        // A machine found after its create's answer was lost has no known `applied`: without
+        // `update` there is no way to know its size, and it is taken as the spec's (documented
+        // on `status.applied`).
+        let unknowable =
+            !abilities.update && vm.status.as_ref().is_some_and(|s| s.applied.is_none());
+        if !(waiting || unsupported || unknowable) {
+            return Err(format!(
+                "machine has {} MiB, spec {want} MiB, and the VM says nothing (abilities \
+                 {abilities:?}, strategy {:?}, RestartRequired {}, Synced {:?})",
+                machine.memory_mib,
+                vm.spec.update_strategy,
+                restart_required(vm),
+                synced_reason(vm)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// One day-2 schedule.
+pub(super) async fn run(world: &mut World) -> Result<(), String> {
+    world.abilities = Abilities {
+        update: world.rng.chance(70),
+        power: world.rng.chance(70),
+        live_resize: world.rng.chance(30),
+    };
+    let abilities = world.abilities;
+    world.note(format!("plugin abilities {abilities:?}"));
+    let mut attempts = Attempts::new();
+    for step in 0..STEPS + SETTLE_STEPS {
+        if step == STEPS {
+            world.faults = false;
+            world.note("faults and edits stop".into());
+        }
+        if world.faults {
+            if world.rng.chance(12) {
+                edit(world);
+            }
+            if world.rng.chance(4) {
+                flip_power_outside(world);
+            }
+        }
+        reconcile(world, &mut attempts);
+        if let Some(v) = world.violations.first() {
+            return Err(format!("step {step}: {v}"));
+        }
+        if world.live_for_uid() > 1 {
+            return Err(format!("duplicated at step {step}"));
+        }
+        let by = Duration::from_secs(world.rng.below(15));
+        advance(world, by).await;
+    }
+    converged(world)?;
+    let mut vm = world.latest().cloned().ok_or("no object")?;
+    vm.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+    world.note("user deletes the VM".into());
+    world.commit(vm);
+    for _ in 0..SETTLE_STEPS {
+        reconcile(world, &mut attempts);
+        if let Some(v) = world.violations.first() {
+            return Err(v.clone());
+        }
+        advance(world, Duration::from_secs(5)).await;
+    }
+    if !world.gone {
+        return Err("the VM is still there after deletion (stuck)".into());
+    }
+    if world.live_for_uid() > 0 {
+        return Err("a live machine was left behind (leaked)".into());
+    }
+    Ok(())
+}
