@@ -265,3 +265,53 @@ async fn resize_restarts_only_under_the_restart_strategy() -> anyhow::Result<()>
     ensure!(vm.spec.memory.0 == "1Gi");
     Ok(())
 }
+
+/// `kubectl explain` output of `field`, retried until the CRDs are served.
+async fn explain(env: &Env, field: &str) -> anyhow::Result<String> {
+    let deadline = tokio::time::Instant::now() + vmop_tests::operator::DEADLINE;
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(250));
+    loop {
+        tick.tick().await;
+        let output = env
+            .control_plane
+            .kubectl_command()
+            .args(["explain", field])
+            .output()?;
+        if output.status.success() {
+            return Ok(String::from_utf8_lossy(&output.stdout).into_owned());
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "kubectl explain {field} kept failing: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
+
+#[tokio::test]
+async fn kubectl_explain_describes_every_day2_field() -> anyhow::Result<()> {
+    let env = Env::new("day2-explain").await?;
+    for (field, expected) in [
+        ("vm.spec.parameters", "status.plugin.parameters"),
+        ("vm.spec.powerState", "Stopped"),
+        ("vm.spec.updateStrategy", "RestartRequired=True"),
+        ("vm.spec.externalId", "AdoptionConflict"),
+        ("vm.spec.managementPolicy", "ObserveOnly"),
+        ("vm.spec.cpu", "update"),
+        ("vm.status.applied", "last made to match"),
+        ("vm.status.applied.memoryMiB", "MiB"),
+        (
+            "vm.status.lastHandledReconcileAt",
+            "vmop.dev/reconcile-requested-at",
+        ),
+        ("vm.status.conditions", "RestartRequired"),
+        ("vmpc.status.plugin.capabilities", "power"),
+        ("vmpc.status.plugin.parameters", "spec.parameters"),
+        ("vmpc.status.plugin.parameters.kind", "string-list"),
+    ] {
+        let text = explain(&env, field).await?;
+        let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        ensure!(flat.contains(expected), "kubectl explain {field}: {text}");
+    }
+    Ok(())
+}
