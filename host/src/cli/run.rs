@@ -10,6 +10,7 @@ use anyhow::Context as _;
 use futures::FutureExt;
 
 use crate::controller::{self, Options};
+use crate::leader::shards::ShardConfig;
 use crate::leader::{LeaderElector, LeaseConfig, default_identity};
 use crate::plugin::{CallLimits, EngineConfig, PluginEngine, PluginRegistry, RegistryConfig};
 use crate::telemetry::health::Readiness;
@@ -88,9 +89,15 @@ pub struct RunArgs {
     #[arg(long, env = "VMOP_LEADER_ELECT")]
     pub leader_elect: bool,
 
-    /// Name of the leader Lease.
+    /// Name of the leader Lease (and the prefix of the shard Leases).
     #[arg(long, default_value = "vmop")]
     pub leader_election_id: String,
+
+    /// Active-active: split the VMs into this many shards (by a hash of their uid), one Lease
+    /// each, spread over the running replicas; each replica reconciles the shards it holds.
+    /// 1 reconciles every VM (with `--leader-elect`, on one replica at a time).
+    #[arg(long, env = "VMOP_SHARDS", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024), conflicts_with = "leader_elect")]
+    pub shards: u32,
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -145,6 +152,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         options,
         metrics: metrics.clone(),
         readiness: readiness.clone(),
+        sharding: (args.shards > 1).then(|| ShardConfig {
+            group: args.leader_election_id.clone(),
+            count: args.shards,
+            lease: LeaseConfig::new(
+                &args.leader_election_id,
+                &operator_namespace,
+                default_identity(),
+            ),
+        }),
     };
     tracing::info!(plugin_dir = %args.plugin_dir.display(), "starting vmop");
     let result = if args.leader_elect {

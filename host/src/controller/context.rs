@@ -59,6 +59,8 @@ pub struct Context {
     pub attempts: Attempts,
     pub locations: Locations,
     pub pc_backoffs: Backoffs<ObjectRef<ProviderConfig>>,
+    /// The shards this replica holds, when sharded; `None` reconciles everything.
+    pub shards: Option<Arc<crate::leader::shards::Shards>>,
 }
 
 impl std::fmt::Debug for Context {

@@ -22,6 +22,7 @@ pub mod plan;
 pub mod provider;
 pub mod provider_config;
 pub mod relist;
+pub mod sharding;
 pub mod vm;
 pub mod vm_status;
 pub mod watches;
@@ -40,6 +41,7 @@ use tracing::Instrument;
 pub use context::{Context, Options};
 
 use crate::api::{ProviderConfig, VirtualMachine};
+use crate::leader::shards::{self, ShardConfig};
 use crate::plugin::PluginRegistry;
 use crate::telemetry::events::{EventSink, chain};
 use crate::telemetry::health::Readiness;
@@ -73,6 +75,8 @@ pub struct Config {
     pub metrics: Metrics,
     /// Set once the caches are filled and the controllers start.
     pub readiness: Readiness,
+    /// Active-active: reconcile only the shards this replica holds (`--shards`).
+    pub sharding: Option<ShardConfig>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -93,6 +97,10 @@ pub async fn run(
     let (configs, configs_writer) = reflector::store();
     let (secrets, secrets_writer) = reflector::store();
     let backoff = config.options.backoff;
+    let held = config
+        .sharding
+        .as_ref()
+        .map(|sharding| shards::shards(sharding.count));
     let ctx = Arc::new(Context {
         client: client.clone(),
         resolver: Resolver {
@@ -111,8 +119,10 @@ pub async fn run(
         pc_backoffs: Backoffs::new(backoff),
         attempts: attempts::Attempts::new(),
         locations: locations::Locations::default(),
+        shards: held.clone(),
     });
 
+    let requeue = (vm_tx.clone(), pc_tx.clone());
     let fanout = Fanout {
         ctx: ctx.clone(),
         vms: vm_tx,
@@ -157,6 +167,26 @@ pub async fn run(
     };
     let (vm_reader, vm_writer) = reflector::store();
     let phases: reflector::Store<VirtualMachine> = vm_reader.clone();
+    let sharding = match (config.sharding.clone(), held) {
+        (Some(sharding), Some(held)) => {
+            let on_acquired = sharding::on_acquired(
+                vm_reader.clone(),
+                configs.clone(),
+                requeue.0,
+                requeue.1,
+                sharding.count,
+            );
+            Some(tokio::spawn(shards::run(
+                client.clone(),
+                sharding,
+                config.metrics.clone(),
+                held,
+                on_acquired,
+                shutdown.clone(),
+            )))
+        }
+        _ => None,
+    };
     ctx.metrics.count_virtual_machines_with(move || {
         phases
             .state()
@@ -229,6 +259,10 @@ pub async fn run(
         });
     futures::join!(vms, pcs);
     fanout.abort();
+    if let Some(sharding) = sharding {
+        // Stopped by the same shutdown: wait for the Leases to be handed over.
+        let _ = sharding.await;
+    }
     Ok(())
 }
 
@@ -237,7 +271,13 @@ async fn reconcile_vm(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Acti
         .metrics
         .reconcile_started(ControllerKind::VirtualMachine);
     let span = vm_span(&vm);
-    let result = vm::reconcile(vm, ctx.clone()).instrument(span).await;
+    let result = sharding::while_holding(
+        ctx.shards.as_deref(),
+        sharding::vm_shard(&vm),
+        vm::reconcile(vm.clone(), ctx.clone()),
+    )
+    .instrument(span)
+    .await;
     guard.finish(ReconcileResult::of(&result), is_terminal(&result));
     result
 }
@@ -250,9 +290,13 @@ async fn reconcile_provider_config(
         .metrics
         .reconcile_started(ControllerKind::ProviderConfig);
     let span = provider_config_span(&pc);
-    let result = provider_config::reconcile(pc, ctx.clone())
-        .instrument(span)
-        .await;
+    let result = sharding::while_holding(
+        ctx.shards.as_deref(),
+        |_| sharding::PROVIDER_CONFIG_SHARD,
+        provider_config::reconcile(pc, ctx.clone()),
+    )
+    .instrument(span)
+    .await;
     guard.finish(ReconcileResult::of(&result), is_terminal(&result));
     result
 }

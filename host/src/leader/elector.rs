@@ -17,6 +17,7 @@ pub struct LeaderElector {
     api: Api<Lease>,
     config: LeaseConfig,
     metrics: Option<Metrics>,
+    gate: Option<watch::Receiver<bool>>,
 }
 
 /// A running election, started by [`LeaderElector::start`].
@@ -83,7 +84,17 @@ impl LeaderElector {
             api: Api::namespaced(client, &config.namespace),
             config,
             metrics: None,
+            gate: None,
         })
+    }
+
+    /// Take or create the Lease only while `gate` says `true` (renewing a held one is always
+    /// allowed). The Lease is read every retry period meanwhile, so once the gate opens a
+    /// takeover waits only for the holder's last renewal to expire, not for a whole lease
+    /// duration of fresh observation (a standby for a shard, `shards.rs`).
+    pub fn with_gate(mut self, gate: watch::Receiver<bool>) -> Self {
+        self.gate = Some(gate);
+        self
     }
 
     /// Also report leadership as `leader_election_master_status{name=<lease>}`.
@@ -239,8 +250,14 @@ impl LeaderElector {
             Instant::now(),
             config.lease_duration,
         );
+        let gated = self.gate.as_ref().is_some_and(|gate| !*gate.borrow());
         let write = match (decision, current) {
             (Decision::Wait { holder }, _) => return Ok(Attempt::HeldBy(holder)),
+            (Decision::Create | Decision::Take, _) if gated => {
+                return Ok(Attempt::HeldBy(
+                    "(nobody; this candidate stands by)".to_owned(),
+                ));
+            }
             (Decision::Create, _) | (_, None) => {
                 let lease = record::created(
                     &config.name,

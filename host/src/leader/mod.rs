@@ -57,6 +57,7 @@
 
 mod elector;
 mod record;
+pub mod shards;
 
 use std::time::Duration;
 

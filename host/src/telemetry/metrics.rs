@@ -118,6 +118,7 @@ struct Inner {
     max_concurrent: Family<ControllerLabels, Gauge>,
     active_workers: Family<ControllerLabels, Gauge>,
     leader: Family<LeaderLabels, Gauge>,
+    shard_members: Gauge,
     call_duration: HistogramFamily<CallLabels>,
     calls: Family<CallLabels, Counter>,
     plugin_load: HistogramFamily<LoadLabels>,
@@ -183,6 +184,12 @@ impl Metrics {
             "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease.",
             leader.clone(),
         );
+        let shard_members = Gauge::default();
+        registry.register(
+            "vmop_shard_members",
+            "Live replicas of the shard group as this replica last counted them (0 when not sharded); shards are spread over these",
+            shard_members.clone(),
+        );
         let call_duration: HistogramFamily<_> =
             Family::new_with_constructor(|| Histogram::new(CALL_BUCKETS));
         registry.register_with_unit(
@@ -217,6 +224,7 @@ impl Metrics {
                 max_concurrent,
                 active_workers,
                 leader,
+                shard_members,
                 call_duration,
                 calls,
                 plugin_load,
@@ -303,6 +311,14 @@ impl Metrics {
             .plugin_load
             .get_or_create(&LoadLabels { outcome })
             .observe(duration.as_secs_f64());
+    }
+
+    /// `vmop_shard_members`: the members this replica spreads the shards over, once it has
+    /// handed over the shards it no longer ranks first.
+    pub fn set_shard_members(&self, members: usize) {
+        self.inner
+            .shard_members
+            .set(i64::try_from(members).unwrap_or(i64::MAX));
     }
 
     /// `leader_election_master_status{name}`: 1 while this process holds the lease.

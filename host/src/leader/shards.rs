@@ -1,0 +1,486 @@
+//! Active-active sharding: `count` shards, one Lease each, spread over the live replicas.
+//!
+//! A VM belongs to shard `fnv1a(uid) % count`. Each replica keeps a *member* Lease
+//! (`<group>-member-<hash of identity>`, label [`GROUP_LABEL`]) renewed every retry period.
+//! From the live members every replica computes the same assignment ([`assign`]: rendezvous
+//! ranking of shard and identity, bounded so that loads differ by at most one) and campaigns,
+//! with a [`LeaderElector`] per shard, for the shards it is primary of; it also stands by
+//! (observing the Lease, gated) for those it would get were their primary gone. A replica
+//! that joins takes its share (the others release what is no longer theirs); the shards of
+//! one that dies are taken by their standbys once its shard Leases expire, about one lease
+//! duration after its last renewal (measured 17.4 s with 15 s Leases).
+//!
+//! # Guarantees
+//!
+//! - Two replicas never reconcile one VM at once: a VM is reconciled only while its shard's
+//!   elector says this process holds that shard's Lease, with the elector's guarantee (see
+//!   [`crate::leader`]); a reconcile in flight is dropped as soon as it says otherwise
+//!   (`tests/tests/operator_sharding.rs`, an overlap detector on the plugin call log).
+//! - The shard of a VM depends on its uid and `count` only (FNV-1a, stable across builds and
+//!   replicas): every replica agrees on it (`shard_is_stable`).
+//! - Membership only decides who *campaigns*; safety never rests on it, so a wrong view of
+//!   the members (clock skew on `renewTime`, a lagging list) costs balance, not correctness.
+
+use std::collections::BTreeMap;
+#[cfg(test)]
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
+use tokio::sync::watch;
+
+use super::{LeaderElector, Leadership, LeaseConfig};
+use crate::telemetry::metrics::Metrics;
+
+/// Label of the member Leases of one shard group (its value: the group name).
+pub const GROUP_LABEL: &str = "vmop.dev/shard-group";
+
+/// FNV-1a, 64 bits: stable, unlike `std`'s hasher.
+fn fnv1a(parts: &[&[u8]]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in parts {
+        for byte in *part {
+            hash ^= u64::from(*byte);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    hash
+}
+
+/// The shard of the VM with this uid, of `count` (at least 1).
+pub fn shard_of(uid: &str, count: u32) -> u32 {
+    let n = u64::from(count.max(1));
+    u32::try_from(fnv1a(&[uid.as_bytes()]) % n).unwrap_or(0)
+}
+
+/// The members in the order they rank `shard` (rendezvous hashing); ties by name.
+fn ranking<'a>(shard: u32, members: impl Iterator<Item = &'a String>) -> Vec<&'a str> {
+    let key = shard.to_be_bytes();
+    let mut ranked: Vec<&str> = members.map(String::as_str).collect();
+    ranked.sort_by_key(|m| (std::cmp::Reverse(fnv1a(&[&key, m.as_bytes()])), *m));
+    ranked
+}
+
+/// The primary of every shard: each shard goes to the member ranking it highest that holds
+/// fewer than its fair share (`count / members`, plus one for the first `count % members` to
+/// reach it), so loads differ by at most one.
+/// Every replica computes the same from the same members.
+fn assign<'a>(members: &[&'a String], count: u32) -> Vec<&'a str> {
+    let n = u32::try_from(members.len()).unwrap_or(u32::MAX).max(1);
+    let (low, extra) = (count / n, count % n);
+    let mut load: BTreeMap<&str, u32> = BTreeMap::new();
+    let mut above_low = 0;
+    (0..count)
+        .filter_map(|shard| {
+            let chosen = ranking(shard, members.iter().copied())
+                .into_iter()
+                .find(|m| {
+                    let l = load.get(m).copied().unwrap_or(0);
+                    l < low || (l == low && above_low < extra)
+                })?;
+            let l = load.entry(chosen).or_default();
+            if *l == low {
+                above_low += 1;
+            }
+            *l += 1;
+            Some(chosen)
+        })
+        .collect()
+}
+
+/// The shards `me` should hold, given the live members (which include `me`).
+#[cfg(test)]
+fn preferred(me: &str, members: &BTreeSet<String>, count: u32) -> BTreeSet<u32> {
+    let all: Vec<&String> = members.iter().collect();
+    (0..count)
+        .filter(|s| assign(&all, count).get(*s as usize) == Some(&me))
+        .collect()
+}
+
+/// What this replica does about one shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// Ranked first: campaign and hold.
+    Primary,
+    /// Ranked second: watch the Lease, and take it over only if the primary looks gone.
+    Standby { primary_alive: bool },
+    /// Neither.
+    None,
+}
+
+/// This replica's role for each of `count` shards: primary where [`assign`] gives it the
+/// shard, standby where the assignment without that primary would.
+fn roles(me: &str, count: u32, members: &BTreeMap<String, Duration>, alive: Duration) -> Vec<Role> {
+    let all: Vec<&String> = members.keys().collect();
+    let primaries = assign(&all, count);
+    let mut without: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    primaries
+        .iter()
+        .enumerate()
+        .map(|(shard, primary)| {
+            if *primary == me {
+                return Role::Primary;
+            }
+            let standbys = without.entry(primary).or_insert_with(|| {
+                let rest: Vec<&String> = all.iter().copied().filter(|m| m != primary).collect();
+                assign(&rest, count)
+            });
+            if standbys.get(shard).copied() == Some(me) {
+                Role::Standby {
+                    primary_alive: members.get(*primary).is_some_and(|age| *age < alive),
+                }
+            } else {
+                Role::None
+            }
+        })
+        .collect()
+}
+
+/// Which shard group, as whom, and how fast (each shard's Lease uses `lease`'s timings).
+#[derive(Debug, Clone)]
+pub struct ShardConfig {
+    /// Lease names start with it: `<group>-shard-<n>`, `<group>-member-<hash>`.
+    pub group: String,
+    pub count: u32,
+    /// Namespace, identity and timings; its name is ignored.
+    pub lease: LeaseConfig,
+}
+
+/// Called with a shard's number when this replica starts holding it.
+pub type OnAcquired = Arc<dyn Fn(u32) + Send + Sync>;
+
+/// This replica's view of which shards it holds.
+pub struct Shards {
+    count: u32,
+    held: Mutex<BTreeMap<u32, watch::Receiver<bool>>>,
+}
+
+impl std::fmt::Debug for Shards {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shards")
+            .field("count", &self.count)
+            .field("held", &self.held_now())
+            .finish()
+    }
+}
+
+impl Shards {
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// A receiver that says `true` while this replica holds `shard`, if it holds it now.
+    pub fn holding(&self, shard: u32) -> Option<watch::Receiver<bool>> {
+        let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        held.get(&shard).filter(|rx| *rx.borrow()).cloned()
+    }
+
+    /// The shards held right now.
+    pub fn held_now(&self) -> Vec<u32> {
+        let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        held.iter()
+            .filter(|(_, rx)| *rx.borrow())
+            .map(|(s, _)| *s)
+            .collect()
+    }
+}
+
+/// A member renewed within this many retry periods is taken to be alive: its standbys do not
+/// take its shards over.
+const ALIVE_RETRIES: u32 = 3;
+
+/// One shard's elector, its gate, and the task announcing its acquisitions.
+struct Campaign {
+    leadership: Leadership,
+    gate: watch::Sender<bool>,
+    announcer: tokio::task::JoinHandle<()>,
+}
+
+impl Campaign {
+    async fn end(self, shard: u32) {
+        self.announcer.abort();
+        if let Err(e) = self.leadership.release().await {
+            tracing::warn!(shard, error = %e, "failed to release a shard Lease");
+        }
+    }
+}
+
+/// Membership and the shard electors, until `stop` resolves; then every shard Lease is
+/// released and the member Lease deleted, so the others take over within a retry period.
+///
+/// Each retry period: renew the member Lease, list the members, and for each shard campaign
+/// as its primary, stand by as its second-ranked member (observing its Lease, gated until
+/// the primary stops renewing its member Lease), or hand it over (release) when a live
+/// member ranks first. A standby that took a shard over keeps it once the dead primary's
+/// member Lease expires and it ranks first.
+pub async fn run(
+    client: kube::Client,
+    config: ShardConfig,
+    metrics: Metrics,
+    shards: Arc<Shards>,
+    on_acquired: OnAcquired,
+    stop: impl Future<Output = ()>,
+) {
+    let api: Api<Lease> = Api::namespaced(client.clone(), &config.lease.namespace);
+    let me = config.lease.identity.clone();
+    let member = format!("{}-member-{:016x}", config.group, fnv1a(&[me.as_bytes()]));
+    let alive = config.lease.retry_period * ALIVE_RETRIES;
+    let mut campaigns: BTreeMap<u32, Campaign> = BTreeMap::new();
+    let mut ticks = tokio::time::interval(config.lease.retry_period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            () = &mut stop => break,
+            _ = ticks.tick() => {}
+        }
+        if let Err(e) = renew_member(&api, &member, &config).await {
+            tracing::warn!(error = %e, "failed to renew the shard member Lease");
+            continue;
+        }
+        let members = match live_members(&api, &config).await {
+            Ok(members) => members,
+            Err(e) => {
+                tracing::warn!(error = %e, "failed to list the shard members");
+                continue;
+            }
+        };
+        let roles = roles(&me, config.count, &members, alive);
+        for (shard, role) in (0..config.count).zip(roles) {
+            let holding = shards.holding(shard).is_some();
+            let hand_over = holding
+                && role != Role::Primary
+                && role
+                    != (Role::Standby {
+                        primary_alive: false,
+                    });
+            let campaign_wanted = role != Role::None && !hand_over;
+            if !campaign_wanted {
+                if let Some(campaign) = campaigns.remove(&shard) {
+                    if holding {
+                        tracing::info!(shard, "handing shard over to the replica that ranks first");
+                    }
+                    campaign.end(shard).await;
+                }
+                continue;
+            }
+            let open = match role {
+                Role::Primary => true,
+                Role::Standby { primary_alive } => !primary_alive,
+                Role::None => false,
+            };
+            if let Some(campaign) = campaigns.get(&shard) {
+                campaign.gate.send_replace(open);
+                continue;
+            }
+            let mut lease = config.lease.clone();
+            lease.name = format!("{}-shard-{shard}", config.group);
+            let (gate, gated) = watch::channel(open);
+            let elector = match LeaderElector::new(client.clone(), lease) {
+                Ok(elector) => elector.with_metrics(metrics.clone()).with_gate(gated),
+                Err(e) => {
+                    tracing::error!(error = %e, "invalid shard Lease settings");
+                    return;
+                }
+            };
+            let leadership = elector.start();
+            let rx = leadership.subscribe();
+            shards
+                .held
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(shard, rx.clone());
+            let announcer = tokio::spawn(announce(shard, rx, on_acquired.clone()));
+            campaigns.insert(
+                shard,
+                Campaign {
+                    leadership,
+                    gate,
+                    announcer,
+                },
+            );
+        }
+        metrics.set_shard_members(members.len());
+    }
+    for (shard, campaign) in campaigns {
+        campaign.end(shard).await;
+    }
+    if let Err(e) = api.delete(&member, &DeleteParams::default()).await {
+        tracing::warn!(error = %e, "failed to delete the shard member Lease");
+    }
+}
+
+/// Logs each acquisition and loss of `shard`, and calls `on_acquired` on each acquisition.
+async fn announce(shard: u32, mut rx: watch::Receiver<bool>, on_acquired: OnAcquired) {
+    loop {
+        if rx.wait_for(|l| *l).await.is_err() {
+            return;
+        }
+        tracing::info!(shard, "holding shard");
+        on_acquired(shard);
+        if rx.wait_for(|l| !*l).await.is_err() {
+            return;
+        }
+        tracing::info!(shard, "no longer holding shard");
+    }
+}
+
+async fn renew_member(api: &Api<Lease>, name: &str, config: &ShardConfig) -> kube::Result<()> {
+    let now = MicroTime(Timestamp::now());
+    let seconds = i32::try_from(config.lease.lease_duration.as_secs()).unwrap_or(i32::MAX);
+    let spec = LeaseSpec {
+        holder_identity: Some(config.lease.identity.clone()),
+        lease_duration_seconds: Some(seconds),
+        renew_time: Some(now),
+        ..LeaseSpec::default()
+    };
+    match api.get_opt(name).await? {
+        Some(mut lease) => {
+            lease.spec = Some(spec);
+            api.replace(name, &PostParams::default(), &lease).await?;
+        }
+        None => {
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(name.to_owned()),
+                    labels: Some([(GROUP_LABEL.to_owned(), config.group.clone())].into()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(spec),
+            };
+            api.create(&PostParams::default(), &lease).await?;
+        }
+    }
+    Ok(())
+}
+
+/// The members whose Lease was renewed within its duration, with how long ago (by the wall
+/// clock: membership decides balance only).
+async fn live_members(
+    api: &Api<Lease>,
+    config: &ShardConfig,
+) -> kube::Result<BTreeMap<String, Duration>> {
+    let selector = format!("{GROUP_LABEL}={}", config.group);
+    let list = api.list(&ListParams::default().labels(&selector)).await?;
+    let now = Timestamp::now();
+    let mut members: BTreeMap<String, Duration> = list
+        .items
+        .into_iter()
+        .filter_map(|lease| {
+            let spec = lease.spec?;
+            let renewed = spec.renew_time?.0;
+            let duration = Duration::from_secs(
+                u64::try_from(spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0),
+            );
+            let age = Duration::try_from(now.duration_since(renewed)).unwrap_or(Duration::ZERO);
+            (age < duration).then_some((spec.holder_identity?, age))
+        })
+        .collect();
+    members.insert(config.lease.identity.clone(), Duration::ZERO);
+    Ok(members)
+}
+
+/// An empty view of `count` shards, filled by [`run`].
+pub fn shards(count: u32) -> Arc<Shards> {
+    Arc::new(Shards {
+        count: count.max(1),
+        held: Mutex::new(BTreeMap::new()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shard_is_stable() {
+        // Fixed values: a change here means replicas of two builds disagree on VM ownership.
+        assert_eq!(fnv1a(&[b"a"]), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(shard_of("0b4c5e1e-7c1a-4d1e-9f0a-3f1e2d3c4b5a", 1), 0);
+        let uids: Vec<String> = (0..1000).map(|i| format!("uid-{i}")).collect();
+        let mut per_shard = [0u32; 4];
+        for uid in &uids {
+            if let Some(n) = per_shard.get_mut(shard_of(uid, 4) as usize) {
+                *n += 1;
+            }
+        }
+        assert!(
+            per_shard.iter().all(|n| (150..350).contains(n)),
+            "{per_shard:?}"
+        );
+    }
+
+    #[test]
+    fn the_standby_takes_over_only_from_a_silent_primary() {
+        let alive = Duration::from_secs(6);
+        let members = |a: u64, b: u64| -> BTreeMap<String, Duration> {
+            [
+                ("a".to_owned(), Duration::from_secs(a)),
+                ("b".to_owned(), Duration::from_secs(b)),
+            ]
+            .into()
+        };
+        let count = 8;
+        let fresh = members(0, 0);
+        let of_a = roles("a", count, &fresh, alive);
+        let of_b = roles("b", count, &fresh, alive);
+        for (shard, pair) in of_a.iter().zip(&of_b).enumerate() {
+            let primary = match pair {
+                (
+                    Role::Primary,
+                    Role::Standby {
+                        primary_alive: true,
+                    },
+                ) => "a",
+                (
+                    Role::Standby {
+                        primary_alive: true,
+                    },
+                    Role::Primary,
+                ) => "b",
+                other => panic!("shard {shard}: {other:?}"),
+            };
+            let (standby, silent) = if primary == "a" {
+                ("b", members(10, 0))
+            } else {
+                ("a", members(0, 10))
+            };
+            assert_eq!(
+                roles(standby, count, &silent, alive).get(shard),
+                Some(&Role::Standby {
+                    primary_alive: false
+                })
+            );
+        }
+    }
+
+    #[test]
+    fn every_shard_has_exactly_one_primary_and_loads_differ_by_at_most_one() {
+        for n in 1..=5usize {
+            let members: BTreeSet<String> = (0..n).map(|i| format!("replica-{i}")).collect();
+            for count in [1u32, 6, 12, 64] {
+                let mut seen = BTreeSet::new();
+                let mut loads = Vec::new();
+                for m in &members {
+                    let mine = preferred(m, &members, count);
+                    loads.push(mine.len());
+                    for s in mine {
+                        assert!(seen.insert(s), "shard {s} preferred twice");
+                    }
+                }
+                assert_eq!(seen.len(), count as usize, "{n} members, {count} shards");
+                let (min, max) = (loads.iter().min(), loads.iter().max());
+                if let (Some(min), Some(max)) = (min, max) {
+                    assert!(
+                        max - min <= 1,
+                        "{n} members, {count} shards: loads {loads:?}"
+                    );
+                }
+            }
+        }
+    }
+}

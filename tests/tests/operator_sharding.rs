@@ -1,0 +1,265 @@
+//! Active-active sharding (`--shards`) on the real control plane: three replicas share 300
+//! VMs on the loopback testcloud. Every VM is reconciled by exactly one replica; when one is
+//! killed, the others take its VMs over within the lease duration; and no VM ever has plugin
+//! calls from two replicas interleaved (the overlap detector: per VM, the replica making its
+//! calls changes at most once, from the killed replica to a survivor).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, ensure};
+use futures::future::try_join_all;
+use kube::ResourceExt;
+use kube::api::{DeleteParams, ListParams};
+use vmop::api::{Limits, VirtualMachine, conditions};
+use vmop_tests::cloud::{self, Cloud, Config};
+use vmop_tests::operator::{Env, Operator, ProviderCall, TEST_GRACE_SECONDS};
+
+const REPLICAS: usize = 3;
+const VMS: usize = 300;
+const SHARDS: &str = "6";
+/// The shard Leases' duration (`LeaseConfig::new`'s default).
+const LEASE_DURATION: Duration = Duration::from_secs(15);
+const RETRY_PERIOD: Duration = Duration::from_secs(2);
+const DEADLINE: Duration = Duration::from_secs(240);
+const PLUGIN: &str = "testcloud.wasm";
+
+fn operator_bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_vmop-operator"))
+}
+
+async fn provider(env: &Env, cloud: &Cloud) -> anyhow::Result<String> {
+    let mut pc = env.provider_config("tc", "unused");
+    pc.spec.plugin.path = PLUGIN.to_owned();
+    pc.spec.config = [("endpoint".to_owned(), cloud.endpoint().to_owned())].into();
+    pc.spec.credentials_secret_ref = None;
+    pc.spec.allowed_hosts = vec![cloud.endpoint().to_owned()];
+    pc.spec.limits = Limits {
+        requests_per_second: 1000,
+        burst: 1000,
+        max_concurrent_calls: 32,
+        creation_grace_period_seconds: TEST_GRACE_SECONDS,
+        ..Limits::default()
+    };
+    env.apply_provider_config(&pc).await?;
+    Ok(pc.name_any())
+}
+
+fn is_ready(vm: &VirtualMachine) -> bool {
+    vm.status
+        .as_ref()
+        .is_some_and(|s| conditions::is_true(&s.conditions, conditions::READY))
+}
+
+/// Waits until `done` holds for the list of VMs, or fails after [`DEADLINE`].
+async fn wait_vms(
+    env: &Env,
+    what: &str,
+    done: impl Fn(&[VirtualMachine]) -> bool,
+) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    loop {
+        let vms = env.vms().list(&ListParams::default()).await?.items;
+        if done(&vms) {
+            return Ok(started.elapsed());
+        }
+        ensure!(
+            started.elapsed() < DEADLINE,
+            "{what}: not after {DEADLINE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Waits until every replica counts all of them as members (it has then handed over what it
+/// no longer ranks first) and every shard is held by exactly one; returns the shards per
+/// replica.
+async fn wait_spread(operators: &[Operator]) -> anyhow::Result<Vec<Vec<u32>>> {
+    let shards: u32 = SHARDS.parse()?;
+    let started = Instant::now();
+    loop {
+        let mut held = Vec::new();
+        let mut members = Vec::new();
+        for operator in operators {
+            let scrape = operator.metrics().await?;
+            members.push(scrape.sum("vmop_shard_members", &[]));
+            held.push(
+                (0..shards)
+                    .filter(|s| {
+                        let lease = format!("vmop-shard-{s}");
+                        scrape.sum("leader_election_master_status", &[("name", &lease)]) > 0.0
+                    })
+                    .collect::<Vec<u32>>(),
+            );
+        }
+        let once = (0..shards).all(|s| held.iter().filter(|h| h.contains(&s)).count() == 1);
+        let all_seen = members.iter().all(|m| *m as usize == operators.len());
+        if all_seen && once && held.iter().all(|h| !h.is_empty()) {
+            return Ok(held);
+        }
+        ensure!(
+            started.elapsed() < DEADLINE,
+            "shards never spread over the replicas: held {held:?}, members seen {members:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Calls per VM name, each with the replica that made it, in time order.
+fn calls_by_vm(operators: &[Operator]) -> BTreeMap<String, Vec<(String, usize)>> {
+    let mut by_vm: BTreeMap<String, Vec<(String, usize)>> = BTreeMap::new();
+    for (replica, operator) in operators.iter().enumerate() {
+        for ProviderCall { timestamp, vm, .. } in operator.provider_calls() {
+            let name = vm.rsplit('/').next().unwrap_or_default().to_owned();
+            by_vm.entry(name).or_default().push((timestamp, replica));
+        }
+    }
+    for calls in by_vm.values_mut() {
+        calls.sort();
+    }
+    by_vm
+}
+
+/// The replicas that made calls for `vm`, in the order they took over.
+fn handovers(calls: &[(String, usize)]) -> Vec<usize> {
+    let mut order: Vec<usize> = Vec::new();
+    for (_, replica) in calls {
+        if order.last() != Some(replica) {
+            order.push(*replica);
+        }
+    }
+    order
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn three_replicas_share_the_vms_and_take_over_a_killed_ones() -> anyhow::Result<()> {
+    let env = Env::new("shards").await?;
+    let cloud = Cloud::start(Config::default()).await?;
+    std::fs::copy(
+        vmop_tests::wasm::path("vmop_provider_testcloud")?,
+        env.plugin_dir.path().join(PLUGIN),
+    )
+    .context("failed to copy the testcloud plugin")?;
+    let provider = provider(&env, &cloud).await?;
+    let mut operators = (0..REPLICAS)
+        .map(|i| {
+            env.operator()
+                .args_from(["--shards", SHARDS, "--resync-period", "10m"])
+                .env("POD_NAME", format!("replica-{i}"))
+                .start(operator_bin())
+        })
+        .collect::<anyhow::Result<Vec<Operator>>>()?;
+
+    // Until each shard has settled on its first-ranked replica, early starters hand shards
+    // over to later ones: VMs created meanwhile would rightly change hands.
+    let spread = wait_spread(&operators).await?;
+    eprintln!("shards held per replica: {spread:?}");
+    let loads: Vec<usize> = spread.iter().map(Vec::len).collect();
+    ensure!(
+        loads
+            .iter()
+            .max()
+            .zip(loads.iter().min())
+            .is_some_and(|(max, min)| max - min <= 1),
+        "unbalanced: {spread:?}"
+    );
+
+    let names: Vec<String> = (0..VMS).map(|i| format!("vm-{i}")).collect();
+    for chunk in names.chunks(30) {
+        try_join_all(chunk.iter().map(|name| {
+            let mut vm = env.vm(name, &provider);
+            vm.spec.image = cloud::IMAGE.to_owned();
+            let env = &env;
+            async move { env.create_vm(&vm).await }
+        }))
+        .await?;
+    }
+    let created = wait_vms(&env, "all Ready", |vms| {
+        vms.len() == VMS && vms.iter().all(is_ready)
+    })
+    .await?;
+
+    let before = calls_by_vm(&operators);
+    let mut served = [0usize; REPLICAS];
+    for name in &names {
+        let calls = before.get(name).map(Vec::as_slice).unwrap_or_default();
+        let replicas: BTreeSet<usize> = calls.iter().map(|(_, r)| *r).collect();
+        ensure!(
+            replicas.len() == 1,
+            "{name} was reconciled by replicas {replicas:?} (calls {calls:?})"
+        );
+        for r in replicas {
+            if let Some(n) = served.get_mut(r) {
+                *n += 1;
+            }
+        }
+    }
+    ensure!(
+        served.iter().all(|n| *n > 0),
+        "a replica reconciled nothing: {served:?}"
+    );
+    eprintln!(
+        "{VMS} VMs Ready in {:.1} s; per replica {served:?}",
+        created.as_secs_f64()
+    );
+
+    // Kill replica 0 without a chance to release its Leases.
+    let orphaned: Vec<&String> = names
+        .iter()
+        .filter(|n| before.get(*n).and_then(|c| c.first()).map(|(_, r)| *r) == Some(0))
+        .collect();
+    operators.first_mut().context("no replica")?.kill().await?;
+    let killed_at = Instant::now();
+    let taken_over = loop {
+        let now = calls_by_vm(&operators);
+        let pending = orphaned
+            .iter()
+            .filter(|n| {
+                let calls = now.get(**n).map(Vec::as_slice).unwrap_or_default();
+                !calls.iter().any(|(_, r)| *r != 0)
+            })
+            .count();
+        if pending == 0 {
+            break killed_at.elapsed();
+        }
+        ensure!(
+            killed_at.elapsed() < DEADLINE,
+            "{pending} of the killed replica's {} VMs never reconciled by another",
+            orphaned.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    eprintln!(
+        "the killed replica's {} VMs reconciled by the others {:.1} s after the kill (lease {:?})",
+        orphaned.len(),
+        taken_over.as_secs_f64(),
+        LEASE_DURATION
+    );
+    // The survivors campaign once its member Lease has expired, and take each shard when its
+    // Lease has: both count from its last renewal, up to a retry period before the kill.
+    ensure!(
+        taken_over <= LEASE_DURATION + RETRY_PERIOD * 3,
+        "took {taken_over:?} to take over (lease {LEASE_DURATION:?})"
+    );
+
+    env.vms()
+        .delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await?;
+    wait_vms(&env, "all gone", |vms| vms.is_empty()).await?;
+    ensure!(cloud.live().is_empty(), "machines left: {:?}", cloud.live());
+
+    for (name, calls) in calls_by_vm(&operators) {
+        let order = handovers(&calls);
+        let ok = match order.as_slice() {
+            [_] => true,
+            [0, survivor] => *survivor != 0,
+            _ => false,
+        };
+        ensure!(
+            ok,
+            "{name}: calls from replicas in the order {order:?}, interleaved: {calls:?}"
+        );
+    }
+    Ok(())
+}
