@@ -191,7 +191,9 @@ async fn plan_prints_day2_actions_and_writes_nothing() -> anyhow::Result<()> {
     let env = Env::new("plan-day2").await?;
     let provider = env.standard_provider("aws").await?;
     let mut operator = env.operator().start(operator_bin())?;
-    let names = ["steady", "grow", "halt", "wake", "restart", "held"];
+    let names = [
+        "steady", "grow", "halt", "wake", "restart", "pending", "held",
+    ];
     for name in names {
         let mut vm = env.vm(name, &provider);
         if name == "wake" {
@@ -221,9 +223,11 @@ async fn plan_prints_day2_actions_and_writes_nothing() -> anyhow::Result<()> {
             .context("VM vanished")?;
         ids.push(vm.status.and_then(|s| s.id).context("no id")?);
     }
-    day2::patch_vm(&env, "restart", json!({"spec": {"memory": "1Gi"}})).await?;
-    env.wait_vm_condition("restart", "RestartRequired", "True", None)
-        .await?;
+    for name in ["restart", "pending"] {
+        day2::patch_vm(&env, name, json!({"spec": {"memory": "1Gi"}})).await?;
+        env.wait_vm_condition(name, "RestartRequired", "True", None)
+            .await?;
+    }
     operator.kill().await?;
 
     // One of each day-2 action, with no operator running.
@@ -263,6 +267,7 @@ async fn plan_prints_day2_actions_and_writes_nothing() -> anyhow::Result<()> {
         ("wake", "start"),
         ("restart", "restart"),
         ("held", "paused"),
+        ("pending", "wait"),
         ("adoptee", "adopt"),
     ];
     for (name, action) in expect {
@@ -281,7 +286,8 @@ async fn plan_prints_day2_actions_and_writes_nothing() -> anyhow::Result<()> {
         "plan changed the cloud"
     );
 
-    // The operator does what the plan said; then only the paused VM is left, doing nothing.
+    // The operator does what the plan said; then only the paused VM and the one waiting for a
+    // restart are left, neither a change.
     let _operator = env.operator().start(operator_bin())?;
     for name in ["grow", "restart"] {
         env.wait_vm(name, "resized and running", |vm| {
@@ -304,9 +310,12 @@ async fn plan_prints_day2_actions_and_writes_nothing() -> anyhow::Result<()> {
     let (code, actions) = plan(&env).await?;
     ensure!(
         code == 0
-            && actions
-                .iter()
-                .all(|(name, a)| a == if name == "held" { "paused" } else { "nothing" }),
+            && actions.iter().all(|(name, a)| a
+                == match name.as_str() {
+                    "held" => "paused",
+                    "pending" => "wait",
+                    _ => "nothing",
+                }),
         "after convergence the plan is not empty (exit {code}): {actions:?}"
     );
     Ok(())

@@ -18,7 +18,7 @@ use kube::ResourceExt;
 use serde::Serialize;
 
 use super::attempts::Attempts;
-use super::decide::{Action, Observed, Step, decide};
+use super::decide::{Action, Facts, Observed, Step, decide, restart_pending};
 use super::effects::claimant;
 use super::provider::{Provider, ResolveError, Resolver};
 use super::vm::{facts, vm_spec};
@@ -81,7 +81,16 @@ pub async fn plan(resolver: &Resolver, vm: &VirtualMachine, cluster: &[VirtualMa
         };
     }
     match decide_read_only(resolver, vm, cluster).await {
-        Ok(action) => {
+        Ok((Action::Observe(m), facts)) if restart_pending(&facts) => row(
+            "wait",
+            format!(
+                "machine {} is {}; a change waits for a restart (RestartRequired; set \
+                 powerState Stopped then Running, or updateStrategy Restart)",
+                m.id,
+                m.phase.as_str()
+            ),
+        ),
+        Ok((action, _)) => {
             let (verb, reason) = describe(&action);
             row(verb, reason)
         }
@@ -93,7 +102,7 @@ async fn decide_read_only(
     resolver: &Resolver,
     vm: &VirtualMachine,
     cluster: &[VirtualMachine],
-) -> Result<Action, PlanError> {
+) -> Result<(Action, Facts), PlanError> {
     let name = &vm.spec.provider_config_ref.name;
     let provider = resolver
         .resolve_name(name)
@@ -127,7 +136,7 @@ async fn decide_read_only(
                 seen.location = Some(call(&provider, |p| p.plugin.location(&p.call)).await?)
             }
             Step::Claimed(id) => seen.claimed_by = Some(claimant(cluster, &spec.uid, &id)),
-            Step::Act(action) => return Ok(action),
+            Step::Act(action) => return Ok((action, facts)),
         }
     }
 }
