@@ -21,6 +21,12 @@
 //! - Every failure sets `Synced=False` with its reason and publishes an Event, except waits
 //!   that are not failures (a throttle of our own, the grace period); the error policy decides
 //!   when to try again.
+//! - Day 2 (`vm/day2.rs`): `spec.parameters` are checked against the plugin's declared
+//!   parameters before any call (`operator_day2.rs`); a paused VM is reconciled without
+//!   resolving its ProviderConfig, so without any plugin call (`operator_day2_pause.rs`);
+//!   `update`, `start` and `stop` are made at most once per reconcile and only when the plugin
+//!   declares them (`simulation.rs`, day-2 schedules); adoption never takes a machine another
+//!   VirtualMachine records (`operator_day2_adopt.rs`).
 //!
 //! Tests: `host/tests/simulation.rs` (the invariants over random schedules with crashes, lag,
 //! lost responses, throttling and moves), and the operator tests in `tests/tests/`.
