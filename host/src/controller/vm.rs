@@ -232,7 +232,15 @@ impl<E: Effects> Run<'_, E> {
                     phase_events(self.fx, previous_phase, &machine).await;
                     return Ok(Outcome::Settled(machine.phase));
                 }
-                Action::Create { location } => return self.create(location, facts).await,
+                Action::Create { location } => {
+                    // Recorded; now bring the new machine to the rest of the spec (a VM
+                    // created with powerState Stopped is stopped in this same reconcile).
+                    let machine = self.create(location, facts).await?;
+                    facts.id = Some(machine.id.clone());
+                    facts.recorded_location = self.status.location.clone();
+                    facts.day2.applied = self.status.applied.clone();
+                    seen.get = Some(Some(machine));
+                }
                 Action::Intend { location } => {
                     self.fx.intend(&location).await?;
                     facts.intended_location = Some(location);
@@ -325,7 +333,7 @@ impl<E: Effects> Run<'_, E> {
 
     /// Creates (or, idempotently, gets back) the machine and records it with its location in
     /// one write.
-    async fn create(&mut self, location: String, facts: &Facts) -> Result<Outcome, Error> {
+    async fn create(&mut self, location: String, facts: &Facts) -> Result<VmStatus, Error> {
         let (result, reached) = self.fx.create().await;
         self.attempts.create_ended(self.uid, &location, reached);
         let machine = result?;
@@ -341,7 +349,7 @@ impl<E: Effects> Run<'_, E> {
         self.fx
             .event(Severity::Normal, "Create", "Created", note)
             .await;
-        Ok(Outcome::Settled(machine.phase))
+        Ok(machine)
     }
 
     async fn awaiting_deletion(&mut self, machine: &VmStatus) -> Result<Outcome, Error> {
