@@ -4,25 +4,29 @@
 # bare-client floor, on one fresh control plane, through one driver (bench/peer/driver/), and
 # the table with ratios. README.md beside this file says what each figure is.
 #
-#   bench/run.sh [--sizes "1000 10000"] [--reps N] [--mode scale] [--impls "floor vmop peer"]
+#   bench/run.sh [--sizes "1000 10000"] [--reps N] [--mode scale|shards] [--impls "floor vmop peer"]
 #                [--idle 60s] [--work DIR] [--no-build]
 #
 # Each flag has an environment twin: SIZES (default 1000), REPS (2), MODE (scale), IMPLS,
 # IDLE, WORK (default $TMPDIR/vmop-bench, outside the repository), and VMOP_ARGS: extra
 # `vmop run` flags (default `--resync-period 30m`: the peer never re-reads its machines, so
-# vmop's drift check is kept out of the measured window; VMOP_ARGS= measures with the 5m default).
+# vmop's drift check is kept out of the measured window; VMOP_ARGS= measures with the 5m default),
+# VMOP: a vmop binary to measure instead of building target/release/vmop (e.g.
+# target/release/vmop-operator, the same CLI built inside the test package).
 # For each N and each rep the runs alternate floor, vmop, peer, each in its own namespace.
+# MODE=shards: vmop on 1 replica vs 3 sharded replicas (IMPLS "vmop-x1 vmop-x3", K replicas
+# with --shards K each), default N=5000, 1 round, no idle phase; prints the speed-up.
 # Results: $WORK/results.jsonl (one JSON object per run), $WORK/summary.md (the table), logs.
 set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 here=$top/bench
 cd "$top"
 
-sizes=${SIZES:-1000}
-reps=${REPS:-2}
+sizes=${SIZES:-}
+reps=${REPS:-}
 mode=${MODE:-scale}
-impls=${IMPLS:-floor vmop peer}
-idle=${IDLE:-60s}
+impls=${IMPLS:-}
+idle=${IDLE:-}
 work=${WORK:-${TMPDIR:-/tmp}/vmop-bench}
 build=1
 while [ $# -gt 0 ]; do
@@ -34,14 +38,15 @@ while [ $# -gt 0 ]; do
     --idle) idle=$2; shift 2 ;;
     --work) work=$2; shift 2 ;;
     --no-build) build=0; shift ;;
-    -h|--help) sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^set /p' "${BASH_SOURCE[0]}" | grep '^#' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown argument $1 (--help)" >&2; exit 2 ;;
   esac
 done
 case $mode in
-  scale) ;;
-  shards) echo "run.sh: MODE=shards (1 vs 3 replicas at N=5000) needs vmop --shards (issue 12), not built yet" >&2; exit 2 ;;
-  *) echo "run.sh: MODE is scale (or, later, shards), not $mode" >&2; exit 2 ;;
+  scale) sizes=${sizes:-1000} reps=${reps:-2} impls=${impls:-floor vmop peer} idle=${idle:-60s} ;;
+  # vmop-xK: K replicas of vmop (K>1: --shards K each; bench/replicas.sh)
+  shards) sizes=${sizes:-5000} reps=${reps:-1} impls=${impls:-vmop-x1 vmop-x3} idle=${idle:-0s} ;;
+  *) echo "run.sh: MODE is scale or shards, not $mode" >&2; exit 2 ;;
 esac
 vmop_args=${VMOP_ARGS---resync-period 30m}
 deadline=${DEADLINE:-30m}
@@ -53,8 +58,13 @@ bin=$work/bin
 mkdir -p "$bin" "$work/plugins" "$work/vmop-cache" "$work/logs"
 wasm=$target/wasm-guests/wasm32-wasip2/release/vmop_provider_testcloud.wasm
 if [ "$build" = 1 ]; then
-  say "building vmop and vmop-testcloud (release)"
-  cargo build --release --locked -p vmop --bin vmop -p vmop-tests --bin vmop-testcloud
+  if [ -z "${VMOP:-}" ]; then
+    say "building vmop and vmop-testcloud (release)"
+    cargo build --release --locked -p vmop --bin vmop -p vmop-tests --bin vmop-testcloud
+  else
+    say "building vmop-testcloud (release); vmop is $VMOP"
+    cargo build --release --locked -p vmop-tests --bin vmop-testcloud
+  fi
   say "building the testcloud provider (wasm32-wasip2, release)"
   # As tests/build.rs does: the guests' own workspace and target directory, no host flags.
   env -u RUSTFLAGS -u CARGO_ENCODED_RUSTFLAGS -u CARGO_BUILD_TARGET -u CARGO_TARGET_DIR \
@@ -63,7 +73,7 @@ if [ "$build" = 1 ]; then
   say "building the peer and the driver (go build; modules from the Go module proxy)"
   (cd "$here/peer" && GOWORK=off go build -o "$bin/peer" . && GOWORK=off go build -o "$bin/driver" ./driver)
 fi
-vmop=$target/release/vmop
+vmop=${VMOP:-$target/release/vmop}
 testcloud=$target/release/vmop-testcloud
 for f in "$vmop" "$testcloud" "$wasm" "$bin/peer" "$bin/driver"; do
   [ -f "$f" ] || { echo "run.sh: $f is missing (run without --no-build)" >&2; exit 1; }
@@ -73,7 +83,15 @@ cp "$wasm" "$work/plugins/testcloud.wasm"
 # A fresh control plane and testcloud for this invocation, stopped on exit.
 rm -rf "$work/cp"
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
+# kube-apiserver first (it lingers after SIGTERM once etcd is gone), then etcd and the testcloud.
+cleanup() {
+  local p
+  for p in "${pids[@]}"; do
+    kill "$p" 2>/dev/null || continue
+    for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$p" 2>/dev/null || true
+  done
+}
 trap cleanup EXIT
 say "starting etcd + kube-apiserver in $work/cp"
 "$here/controlplane.sh" "$work/cp" >/dev/null
@@ -113,7 +131,7 @@ results=$work/results.jsonl
 : >"$results"
 {
   echo "commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- host providers || echo ' (+ uncommitted changes in host/ or providers/)')"
-  echo "cores $(nproc); vmop run flags: --max-concurrent-reconciles 16 $vmop_args; idle $idle"
+  echo "vmop binary $vmop${VMOP:+ (given by VMOP, not built here)}; cores $(nproc); vmop run flags: --max-concurrent-reconciles 16 $vmop_args; idle $idle"
 } >"$work/meta.txt"
 : >"$work/loads.tsv"
 
@@ -125,9 +143,12 @@ run() { # IMPL N REP
     vmop) cmd=(-- "$vmop" run --plugin-dir "$work/plugins" --cache-dir "$work/vmop-cache"
                --namespace '{ns}' --operator-namespace '{ns}' --metrics-addr 127.0.0.1:0
                --max-concurrent-reconciles 16 $vmop_args) ;;
+    vmop-x*) cmd=(-- "$here/replicas.sh" "${impl#vmop-x}" "$vmop" run --plugin-dir "$work/plugins"
+               --cache-dir "$work/vmop-cache" --namespace '{ns}' --operator-namespace '{ns}'
+               --metrics-addr 127.0.0.1:0 --max-concurrent-reconciles 16 $vmop_args) ;;
     peer) cmd=(-- "$bin/peer" --namespace '{ns}' --metrics-bind-address 127.0.0.1:0
                --max-concurrent-reconciles 16) ;;
-    *) echo "run.sh: unknown implementation $impl (floor, vmop, peer)" >&2; return 1 ;;
+    *) echo "run.sh: unknown implementation $impl (floor, vmop, peer, vmop-xK)" >&2; return 1 ;;
   esac
   local extra=(-idle "$idle")
   [ "$impl" = floor ] && extra=(-floor -idle 0s) # no operator to watch idling

@@ -98,6 +98,31 @@ def table(groups, n, impls, rows):
     return lines
 
 
+SHARD_ROWS = [
+    ("create → all Ready", lambda r: r["create"]["seconds"], " s"),
+    ("delete → all gone", lambda r: r["delete"]["seconds"], " s"),
+    ("create + delete", lambda r: r["create"]["seconds"] + r["delete"]["seconds"], " s"),
+    ("kube-apiserver CPU, create + delete", lambda r: r["create"]["watchedCpuSeconds"].get("apiserver", 0)
+     + r["delete"]["watchedCpuSeconds"].get("apiserver", 0), " s"),
+    ("operator writes per VM, create + delete",
+     lambda r: (r["create"]["operatorWrites"] + r["delete"]["operatorWrites"]) / r["n"], ""),
+]
+
+
+def shards_table(groups, n, replicas):
+    """vmop-x1 against vmop-xK: the times and the speed-up (x1 / xK, of the means)."""
+    ks = sorted(replicas, key=lambda i: int(i[len("vmop-x"):]))
+    base = ks[0]
+    lines = ["| | " + " | ".join(f"{k[len('vmop-x'):]} replica(s) N={n}" for k in ks)
+             + "".join(f" | speed-up {base[len('vmop-x'):]}→{k[len('vmop-x'):]}" for k in ks[1:]) + " |",
+             "|---" * (1 + 2 * len(ks) - 1) + "|"]
+    for name, f, unit in SHARD_ROWS:
+        vals = {k: [f(r) for r in groups[(k, n)]] for k in ks}
+        lines.append(f"| {name} | " + " | ".join(span(vals[k], unit) for k in ks)
+                     + "".join(f" | {ratio(mean(vals[base]), mean(vals[k]))}" for k in ks[1:]) + " |")
+    return lines
+
+
 def writes_table(groups, n, impls):
     have = [i for i in IMPLS if i in impls]
     lines = [f"Writes per VM by verb and resource (mean of the runs; the driver's own marked):", "",
@@ -131,7 +156,15 @@ def main():
             "(all but the driver's creates and deletecollection), leases excluded; the floor's are "
             "the driver's one status write per VM.", ""]
     for n in sorted({n for _, n in groups}):
+        replicas = [i for i, m in groups if m == n and i.startswith("vmop-x")]
+        if replicas:
+            out.append(f"## Replicas, N = {n}  (runs: " + ", ".join(f"{i} ×{len(groups[(i, n)])}" for i in sorted(replicas)) + ")")
+            out.append("")
+            out += shards_table(groups, n, replicas)
+            out.append("")
         impls = [i for i in IMPLS if (i, n) in groups]
+        if not impls:
+            continue
         out.append(f"## N = {n}  (runs: " + ", ".join(f"{i} ×{len(groups[(i, n)])}" for i in impls) + ")")
         out.append("")
         out += table(groups, n, impls, MAIN)
