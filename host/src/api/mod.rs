@@ -15,7 +15,8 @@ pub const VM_FINALIZER: &str = "vmop.dev/cleanup";
 pub const CREATE_LOCATION: &str = "vmop.dev/create-location";
 
 /// Annotation on a VirtualMachine: `"true"` pauses it (no plugin call at all, `Synced=False`
-/// reason `ReconcilePaused`); removing it resumes.
+/// reason `ReconcilePaused`); removing it resumes. Deletion waits too: the finalizer stays
+/// until the VM is resumed (no silent orphan).
 pub const PAUSED: &str = "vmop.dev/paused";
 /// Annotation on a VirtualMachine: a new value reconciles it at once; the value handled is
 /// echoed in `status.lastHandledReconcileAt`.

@@ -2,8 +2,9 @@
 //! what this process knows about create attempts, and what the provider answered so far.
 //!
 //! [`decide`] is pure. It either asks for one more read-only observation ([`Step::Get`],
-//! [`Step::Find`], [`Step::Location`]) or names the [`Action`] to take. The reconciler
-//! (`vm.rs`) answers its questions with plugin calls and carries out the action; `vmop plan`
+//! [`Step::Find`], [`Step::Location`], [`Step::Claimed`]) or names the [`Action`] to take.
+//! The reconciler (`vm.rs`) answers its questions with plugin calls (and the API server, for
+//! `Claimed`) and carries out the action; `vmop plan`
 //! answers them the same way and prints the action; the simulation test answers them from a
 //! fake cloud. None of them decides anything itself, so they cannot disagree.
 //!
