@@ -6,7 +6,7 @@
 //!
 //! - The action printed is the one `decide` returns for the same facts: there is no second
 //!   decision procedure to disagree with the reconciler.
-//! - Only [`Operation::writes`]`() == false` calls are made (test: `tests/tests/plan.rs`, which
+//! - Only [`Operation::writes`](crate::plugin::Operation::writes)`() == false` calls are made (test: `tests/tests/plan.rs`, which
 //!   counts moto's requests and the API server's writes around a plan).
 //! - The grace period is taken as over (an operator that has been running long), so a machine
 //!   the cloud no longer shows is planned as `recreate`/`release`, what the operator will do
