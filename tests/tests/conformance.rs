@@ -7,6 +7,7 @@
 
 #[path = "conformance/machines.rs"]
 mod machines;
+mod support;
 #[path = "conformance/testcloud.rs"]
 mod testcloud;
 
@@ -99,6 +100,19 @@ async fn python_ec2_provider_passes_against_moto() -> anyhow::Result<()> {
     ec2_against_moto("vmop_provider_ec2_py").await
 }
 
+/// Every check ran and passed.
+fn passed_every_check(report: &Report) -> anyhow::Result<()> {
+    ensure!(report.passed(), "failed {:?}:\n{report}", report.failed());
+    let skipped: Vec<&str> = report
+        .checks
+        .iter()
+        .filter(|c| c.outcome == Outcome::Skip)
+        .map(|c| c.name)
+        .collect();
+    ensure!(skipped.is_empty(), "skipped {skipped:?}:\n{report}");
+    Ok(())
+}
+
 async fn machines_run(guest: &str) -> anyhow::Result<(Report, Backend)> {
     let backend = Backend::start(Some("t0ken")).await?;
     let options = options(
@@ -114,14 +128,7 @@ async fn machines_run(guest: &str) -> anyhow::Result<(Report, Backend)> {
 #[tokio::test]
 async fn control_guest_passes_every_check() -> anyhow::Result<()> {
     let (report, backend) = machines_run("machines").await?;
-    ensure!(report.passed(), "failed {:?}:\n{report}", report.failed());
-    let skipped: Vec<&str> = report
-        .checks
-        .iter()
-        .filter(|c| c.outcome == Outcome::Skip)
-        .map(|c| c.name)
-        .collect();
-    ensure!(skipped.is_empty(), "skipped {skipped:?}:\n{report}");
+    passed_every_check(&report)?;
     ensure!(
         backend.live().is_empty(),
         "left behind {:?}",

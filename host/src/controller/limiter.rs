@@ -26,7 +26,7 @@
 //! under the old bounds.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -91,6 +91,9 @@ struct Reservation {
     left: u32,
 }
 
+/// Tokens set aside, by caller key.
+type Reservations = HashMap<String, Reservation>;
+
 /// How long a caller turned away by the concurrency cap waits before trying again.
 pub const BUSY_RETRY: Duration = Duration::from_millis(200);
 
@@ -106,14 +109,14 @@ pub struct Limiter {
     limits: Limits,
     bucket: Mutex<TokenBucket>,
     /// Tokens set aside for callers, by caller key.
-    reservations: Mutex<HashMap<String, Reservation>>,
+    reservations: Mutex<Reservations>,
     in_flight: Arc<Semaphore>,
 }
 
 /// Held for the duration of one plugin call.
 #[derive(Debug)]
 pub struct Permit {
-    _slot: Option<OwnedSemaphorePermit>,
+    _slot: OwnedSemaphorePermit,
 }
 
 impl Limiter {
@@ -138,15 +141,7 @@ impl Limiter {
     /// `try_acquire_reserves_for_the_whole_attempt`). Never waits.
     pub fn try_acquire(&self, caller: &str, taken: u32) -> Result<Permit, Duration> {
         let now = Instant::now();
-        let slot = self
-            .in_flight
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| BUSY_RETRY)?;
-        let mut reservations = self
-            .reservations
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let (slot, mut reservations) = self.slot()?;
         if let Some(reserved) = reservations.get_mut(caller) {
             if reserved.due > now {
                 return Err(reserved.due - now);
@@ -155,11 +150,11 @@ impl Limiter {
             if reserved.left == 0 {
                 reservations.remove(caller);
             }
-            return Ok(Permit { _slot: Some(slot) });
+            return Ok(Permit { _slot: slot });
         }
         let mut bucket = self.bucket.lock().unwrap_or_else(PoisonError::into_inner);
         if bucket.try_take(now).is_ok() {
-            return Ok(Permit { _slot: Some(slot) });
+            return Ok(Permit { _slot: slot });
         }
         let need = taken.saturating_add(1);
         let mut due = now;
@@ -176,15 +171,7 @@ impl Limiter {
     /// reservation (until the last is due, plus a spread), and never reserving. Never waits.
     pub fn try_acquire_routine(&self) -> Result<Permit, Duration> {
         let now = Instant::now();
-        let slot = self
-            .in_flight
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| BUSY_RETRY)?;
-        let mut reservations = self
-            .reservations
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let (slot, mut reservations) = self.slot()?;
         reservations.retain(|_, r| r.due + STALE_RESERVATION > now);
         let spread = || super::backoff::jitter(ROUTINE_SPREAD, 0.5);
         if let Some(last) = reservations.values().map(|r| r.due).max() {
@@ -192,9 +179,23 @@ impl Limiter {
         }
         let mut bucket = self.bucket.lock().unwrap_or_else(PoisonError::into_inner);
         match bucket.try_take(now) {
-            Ok(()) => Ok(Permit { _slot: Some(slot) }),
+            Ok(()) => Ok(Permit { _slot: slot }),
             Err(wait) => Err(wait + spread()),
         }
+    }
+
+    /// A place under the concurrency cap (or [`BUSY_RETRY`]), and the reservations, locked.
+    fn slot(&self) -> Result<(OwnedSemaphorePermit, MutexGuard<'_, Reservations>), Duration> {
+        let slot = self
+            .in_flight
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| BUSY_RETRY)?;
+        let reservations = self
+            .reservations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        Ok((slot, reservations))
     }
 
     pub fn limits(&self) -> &Limits {

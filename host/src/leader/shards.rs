@@ -96,8 +96,9 @@ fn assign<'a>(members: &[&'a String], count: u32) -> Vec<&'a str> {
 #[cfg(test)]
 fn preferred(me: &str, members: &BTreeSet<String>, count: u32) -> BTreeSet<u32> {
     let all: Vec<&String> = members.iter().collect();
+    let assigned = assign(&all, count);
     (0..count)
-        .filter(|s| assign(&all, count).get(*s as usize) == Some(&me))
+        .filter(|s| assigned.get(*s as usize) == Some(&me))
         .collect()
 }
 
@@ -110,6 +111,19 @@ enum Role {
     Standby { primary_alive: bool },
     /// Neither.
     None,
+}
+
+impl Role {
+    /// Whether this replica may take (or keep) the shard's Lease.
+    fn may_take(self) -> bool {
+        matches!(
+            self,
+            Role::Primary
+                | Role::Standby {
+                    primary_alive: false
+                }
+        )
+    }
 }
 
 /// This replica's role for each of `count` shards: primary where [`assign`] gives it the
@@ -252,14 +266,9 @@ pub async fn run(
         let roles = roles(&me, config.count, &members, alive);
         for (shard, role) in (0..config.count).zip(roles) {
             let holding = shards.holding(shard).is_some();
-            let hand_over = holding
-                && role != Role::Primary
-                && role
-                    != (Role::Standby {
-                        primary_alive: false,
-                    });
-            let campaign_wanted = role != Role::None && !hand_over;
-            if !campaign_wanted {
+            let open = role.may_take();
+            // Held but no longer ours (a live member ranks first): release it for that one.
+            if role == Role::None || (holding && !open) {
                 if let Some(campaign) = campaigns.remove(&shard) {
                     if holding {
                         tracing::info!(shard, "handing shard over to the replica that ranks first");
@@ -268,11 +277,6 @@ pub async fn run(
                 }
                 continue;
             }
-            let open = match role {
-                Role::Primary => true,
-                Role::Standby { primary_alive } => !primary_alive,
-                Role::None => false,
-            };
             if let Some(campaign) = campaigns.get(&shard) {
                 campaign.gate.send_replace(open);
                 continue;

@@ -189,7 +189,7 @@ mod tests {
         assert_eq!(get(&params, "UserData"), Some("IyEvYmluL3NoCmVjaG8gaGkK"));
         assert_eq!(
             get(&params, "TagSpecification.1.Tag.2.Key"),
-            Some(tags::TAG_NAMESPACE)
+            Some(vmop_provider_sdk::tags::TAG_NAMESPACE)
         );
         assert_eq!(
             get(&params, "TagSpecification.1.Tag.2.Value"),

@@ -2,11 +2,9 @@
 //! setting or parameter, and the VM's labels.
 
 use vmop_provider_sdk::error::invalid_spec;
+pub use vmop_provider_sdk::tags::TAG_UID;
+use vmop_provider_sdk::tags::own;
 use vmop_provider_sdk::{ProviderError, VmSpec};
-
-pub const TAG_NAMESPACE: &str = "vmop.dev/namespace";
-pub const TAG_NAME: &str = "vmop.dev/name";
-pub const TAG_UID: &str = "vmop.dev/uid";
 
 /// EC2 allows 50 tags per resource.
 const MAX_TAGS: usize = 50;
@@ -21,12 +19,8 @@ pub fn for_spec<'a>(
     spec: &'a VmSpec,
     extra: Option<&'a str>,
 ) -> Result<Vec<(&'a str, &'a str)>, ProviderError> {
-    let mut tags = vec![
-        ("Name", spec.name.as_str()),
-        (TAG_NAMESPACE, spec.namespace.as_str()),
-        (TAG_NAME, spec.name.as_str()),
-        (TAG_UID, spec.uid.as_str()),
-    ];
+    let mut tags = vec![("Name", spec.name.as_str())];
+    tags.extend(own(spec));
     let explicit = extra
         .into_iter()
         .flat_map(|list| list.split(','))
@@ -78,6 +72,7 @@ fn is_taggable(key: &str, value: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use vmop_provider_sdk::tags::{TAG_NAME, TAG_NAMESPACE};
 
     fn spec(labels: &[(&str, &str)]) -> VmSpec {
         VmSpec {

@@ -3,16 +3,11 @@
 //! what the kit does not call (power, update, a throttled cloud).
 
 use std::collections::BTreeMap;
-use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
-use vmop::plugin::conformance::{Options, Outcome};
-use vmop::plugin::{
-    CallError, CallLimits, EngineConfig, Phase, Plugin, PluginEngine, PluginRegistry,
-    ProviderError, RegistryConfig, UpdateOutcome, VmSpec,
-};
+use vmop::plugin::conformance::Options;
+use vmop::plugin::{CallError, Phase, ProviderError, UpdateOutcome, VmSpec};
 use vmop_tests::cloud::{self, Cloud, Config};
 
 const GUEST: &str = "vmop_provider_testcloud";
@@ -30,14 +25,7 @@ fn options_for(cloud: &Cloud) -> anyhow::Result<Options> {
 async fn passes_every_check(guest: &str) -> anyhow::Result<()> {
     let cloud = Cloud::start(Config::default().with_token(TOKEN)).await?;
     let report = super::run(guest, &options_for(&cloud)?).await?;
-    ensure!(report.passed(), "failed {:?}:\n{report}", report.failed());
-    let skipped: Vec<&str> = report
-        .checks
-        .iter()
-        .filter(|c| c.outcome == Outcome::Skip)
-        .map(|c| c.name)
-        .collect();
-    ensure!(skipped.is_empty(), "skipped {skipped:?}:\n{report}");
+    super::passed_every_check(&report)?;
     let stats = cloud.stats();
     ensure!(
         cloud.live().is_empty() && stats.created == 1 && stats.unauthorized > 0,
@@ -55,25 +43,6 @@ async fn testcloud_provider_passes_every_check() -> anyhow::Result<()> {
 #[tokio::test]
 async fn python_testcloud_provider_passes_every_check() -> anyhow::Result<()> {
     passes_every_check("vmop_provider_testcloud_py").await
-}
-
-async fn load() -> anyhow::Result<(tempfile::TempDir, Arc<Plugin>)> {
-    let dir = tempfile::tempdir()?;
-    std::fs::copy(vmop_tests::wasm::path(GUEST)?, dir.path().join("p.wasm"))?;
-    let engine = PluginEngine::new(&EngineConfig {
-        max_instances: 4,
-        ..EngineConfig::default()
-    })?;
-    let registry = PluginRegistry::new(
-        engine,
-        RegistryConfig {
-            plugin_dir: dir.path().to_path_buf(),
-            cache_dir: None,
-            info_limits: CallLimits::default(),
-        },
-    )?;
-    let plugin = registry.load(Path::new("p.wasm"), None).await?;
-    Ok((dir, plugin))
 }
 
 fn spec(cpu: u32) -> VmSpec {
@@ -96,7 +65,7 @@ fn spec(cpu: u32) -> VmSpec {
 async fn power_and_update_follow_the_contract() -> anyhow::Result<()> {
     let cloud = Cloud::start(Config::default().with_token(TOKEN)).await?;
     let ctx = options_for(&cloud)?.ctx;
-    let (_dir, plugin) = load().await?;
+    let (_dir, plugin) = super::support::load(GUEST).await?;
     let made = plugin.create(&ctx, &spec(1)).await?;
     let machine = cloud.machines().into_iter().next().context("no machine")?;
     let tag = |k: &str| machine.tags.get(k).map(String::as_str);
@@ -149,7 +118,7 @@ async fn a_throttled_cloud_is_rate_limited_with_its_delay() -> anyhow::Result<()
         cloud::IMAGE,
     )?
     .ctx;
-    let (_dir, plugin) = load().await?;
+    let (_dir, plugin) = super::support::load(GUEST).await?;
     ensure!(plugin.get(&ctx, "tc-1").await?.is_none());
     match plugin.get(&ctx, "tc-1").await {
         Err(CallError::Provider(ProviderError::RateLimited { retry_after, .. })) => {
