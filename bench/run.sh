@@ -12,7 +12,9 @@
 # `vmop run` flags (default `--resync-period 30m`: the peer never re-reads its machines, so
 # vmop's drift check is kept out of the measured window; VMOP_ARGS= measures with the 5m default),
 # VMOP: a vmop binary to measure instead of building target/release/vmop (e.g.
-# target/release/vmop-operator, the same CLI built inside the test package).
+# target/release/vmop-operator, the same CLI built inside the test package); VMOP_BASE: a second
+# vmop binary, measured as impl `base` (IMPLS="base vmop peer") with ratios vmop/base: before and
+# after a change in one run.
 # For each N and each rep the runs alternate floor, vmop, peer, each in its own namespace.
 # MODE=shards: vmop on 1 replica vs 3 sharded replicas (IMPLS "vmop-x1 vmop-x3", K replicas
 # with --shards K each), default N=5000, 1 round, no idle phase; prints the speed-up.
@@ -143,12 +145,17 @@ run() { # IMPL N REP
     vmop) cmd=(-- "$vmop" run --plugin-dir "$work/plugins" --cache-dir "$work/vmop-cache"
                --namespace '{ns}' --operator-namespace '{ns}' --metrics-addr 127.0.0.1:0
                --max-concurrent-reconciles 16 $vmop_args) ;;
+    # The same flags for a second vmop binary, for before/after in one run.
+    base) cmd=(-- "${VMOP_BASE:?impl base measures the binary VMOP_BASE names}" run
+               --plugin-dir "$work/plugins" --cache-dir "$work/vmop-cache" --namespace '{ns}'
+               --operator-namespace '{ns}' --metrics-addr 127.0.0.1:0 --max-concurrent-reconciles 16
+               $vmop_args) ;;
     vmop-x*) cmd=(-- "$here/replicas.sh" "${impl#vmop-x}" "$vmop" run --plugin-dir "$work/plugins"
                --cache-dir "$work/vmop-cache" --namespace '{ns}' --operator-namespace '{ns}'
                --metrics-addr 127.0.0.1:0 --max-concurrent-reconciles 16 $vmop_args) ;;
     peer) cmd=(-- "$bin/peer" --namespace '{ns}' --metrics-bind-address 127.0.0.1:0
                --max-concurrent-reconciles 16) ;;
-    *) echo "run.sh: unknown implementation $impl (floor, vmop, peer, vmop-xK)" >&2; return 1 ;;
+    *) echo "run.sh: unknown implementation $impl (floor, base, vmop, peer, vmop-xK)" >&2; return 1 ;;
   esac
   local extra=(-idle "$idle")
   [ "$impl" = floor ] && extra=(-floor -idle 0s) # no operator to watch idling

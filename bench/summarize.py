@@ -9,7 +9,7 @@ import os
 import sys
 from collections import defaultdict
 
-IMPLS = ("floor", "vmop", "peer")
+IMPLS = ("floor", "base", "vmop", "peer")
 DRIVER_WRITES = ("POST virtualmachines", "DELETECOLLECTION virtualmachines")
 
 
@@ -49,7 +49,7 @@ MORE = [
 ]
 
 
-ONLY = {"testcloud CPU, create + delete": {"vmop"}}
+ONLY = {"testcloud CPU, create + delete": {"vmop", "base"}}
 
 
 def fmt(v):
@@ -75,7 +75,7 @@ def ratio(a, b):
 
 def table(groups, n, impls, rows):
     have = [i for i in IMPLS if i in impls]
-    pairs = [(a, b) for a, b in (("vmop", "peer"), ("vmop", "floor"), ("peer", "floor")) if a in have and b in have]
+    pairs = [(a, b) for a, b in (("vmop", "peer"), ("vmop", "base"), ("vmop", "floor"), ("peer", "floor")) if a in have and b in have]
     lines = ["| | " + " | ".join(f"{i} N={n}" for i in have) + "".join(f" | {a}/{b}" for a, b in pairs) + " |",
              "|---" * (1 + len(have) + len(pairs)) + "|"]
     for name, f, unit, floor_has in rows:

@@ -15,6 +15,7 @@ use serde::Deserialize;
 
 use crate::api::{ProviderConfig, VirtualMachine};
 use crate::controller::limiter::Limiters;
+use crate::plugin::Connections;
 use crate::controller::plan::{PlanRow, plan};
 use crate::controller::provider::Resolver;
 use crate::plugin::{CallLimits, EngineConfig, PluginEngine, PluginRegistry, RegistryConfig};
@@ -87,6 +88,7 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
         secrets: store_of(secrets),
         registry,
         limiters: Limiters::default(),
+        connections: Connections::default(),
         operator_namespace,
     };
     let cluster = {

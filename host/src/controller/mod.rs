@@ -42,7 +42,7 @@ pub use context::{Context, Options};
 
 use crate::api::{ProviderConfig, VirtualMachine};
 use crate::leader::shards::{self, ShardConfig};
-use crate::plugin::PluginRegistry;
+use crate::plugin::{Connections, PluginRegistry};
 use crate::telemetry::events::{EventSink, chain};
 use crate::telemetry::health::Readiness;
 use crate::telemetry::metrics::{ControllerKind, Metrics, PhaseCounts, ReconcileResult};
@@ -108,6 +108,7 @@ pub async fn run(
             secrets: secrets.clone(),
             registry: registry.clone(),
             limiters: Limiters::default(),
+            connections: Connections::default(),
             operator_namespace: config.options.operator_namespace.clone(),
         },
         events: EventSink::new(client.clone(), config.instance.clone()),

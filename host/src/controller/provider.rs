@@ -21,7 +21,8 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use super::limiter::{Limiter, Limiters, Permit};
 use crate::api::{CredentialsMode, ProviderConfig};
 use crate::plugin::{
-    CallContext, CallLimits, EgressParseError, EgressPolicy, LoadError, Plugin, PluginRegistry,
+    CallContext, CallLimits, Connections, EgressParseError, EgressPolicy, LoadError, Plugin,
+    PluginRegistry,
     ProviderSettings, Redactor, RequestSigner, SignerError, SigningMode,
 };
 
@@ -129,6 +130,9 @@ pub struct Resolver {
     pub secrets: Store<Secret>,
     pub registry: PluginRegistry,
     pub limiters: Limiters,
+    /// Idle connections of every ProviderConfig's plugin calls, kept across reconciles (each
+    /// resolve builds a new egress policy; the connections outlive it).
+    pub connections: Connections,
     /// The only namespace whose Secrets may be used.
     pub operator_namespace: String,
 }
@@ -161,7 +165,8 @@ impl Resolver {
         };
         let egress = EgressPolicy::parse(&spec.allowed_hosts)
             .map_err(ResolveError::AllowedHosts)?
-            .allow_private_networks(spec.allow_private_networks);
+            .allow_private_networks(spec.allow_private_networks)
+            .with_connections(self.connections.clone());
         let (secrets, egress) = apply_credentials(config, secret, egress)?;
         let plugin = self
             .registry

@@ -28,7 +28,7 @@ pub mod types;
 
 pub use bindings::WIT_VERSION;
 pub use component::Plugin;
-pub use egress::{EgressParseError, EgressPolicy, Resolve, StaticResolver};
+pub use egress::{Connections, EgressParseError, EgressPolicy, Resolve, StaticResolver};
 pub use engine::{EngineConfig, EngineError, PluginEngine};
 pub use redact::Redactor;
 pub use registry::{

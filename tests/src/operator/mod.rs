@@ -338,6 +338,22 @@ impl Env {
             .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
             .collect())
     }
+
+    /// Waits until VM `name` has an Event with `reason`, or fails after [`DEADLINE`] listing
+    /// the Events it has (an Event is written after the status it goes with).
+    pub async fn wait_vm_event(&self, name: &str, reason: &str) -> anyhow::Result<()> {
+        let deadline = tokio::time::Instant::now() + DEADLINE;
+        loop {
+            let events = self.vm_events(name).await?;
+            if events.iter().any(|(r, _)| r == reason) {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                bail!("no {reason} Event for {name} within {DEADLINE:?}; its Events: {events:?}");
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    }
 }
 
 impl std::fmt::Debug for Env {

@@ -1,17 +1,17 @@
 //! Sending one checked request: connect to an address the policy permitted (never to the name),
-//! TLS with the request's host name, HTTP/1.1 through hyper.
+//! TLS with the request's host name, HTTP/1.1 through hyper; or reuse an idle connection to
+//! that same address ([`super::pool`]).
 //!
 //! This replaces `wasmtime_wasi_http::default_send_request`, which resolves the name itself when
-//! it connects, so the address it reaches is not the one that was checked. The shape (timeouts
-//! per phase, driving the connection until the response head arrives, the connection future
-//! handed back to wasmtime) follows it; TLS trusts the same webpki roots.
+//! it connects, so the address it reaches is not the one that was checked, and opens a
+//! connection per request. The timeouts per phase follow it; TLS trusts the same webpki roots.
 //!
 //! Redirects are never followed here: a 3xx goes back to the guest like any response, and a
 //! request to its `Location` is a new request that passes every check again.
 
-use std::future::{Future, poll_fn};
+use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
-use std::pin::{Pin, pin};
+use std::pin::Pin;
 use std::sync::{Arc, LazyLock};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
@@ -25,8 +25,11 @@ use tokio::net::TcpStream;
 use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody};
 
+use hyper::client::conn::http1::SendRequest;
+
 use super::address::HostKind;
 use super::allowlist::{Scheme, Target};
+use super::pool::{Checkin, Connections, Key};
 
 pub(crate) type IoFuture = Box<dyn Future<Output = Result<(), HttpError>> + Send>;
 
@@ -49,22 +52,114 @@ static TLS: LazyLock<Option<Arc<rustls::ClientConfig>>> = LazyLock::new(|| {
     Some(Arc::new(config))
 });
 
-/// Sends `request` to the first of `addresses` that accepts a connection. `options` carries
-/// the (already clamped) per-phase timeouts.
+/// Whose idle connections a request may use and return (see [`super::pool`]).
+pub(crate) struct Reuse<'a> {
+    pub pool: &'a Connections,
+    pub provider: &'a str,
+}
+
+/// How long a pooled connection may take to become ready for the next request (it may still
+/// be finishing the response it was returned after) before a fresh one is opened instead.
+const READY_WAIT: Duration = Duration::from_secs(1);
+
+/// Sends `request` over an idle connection of `reuse` to one of `addresses`, else over a new
+/// one to the first of `addresses` that accepts; `options` carries the (already clamped)
+/// per-phase timeouts. A request that a pooled connection could not take (it closed while
+/// idle) is sent over a new connection; one it took and lost fails like any other.
 pub(crate) async fn send(
     mut request: http::Request<WasiBody>,
     target: &Target,
     addresses: &[IpAddr],
     options: RequestOptions,
+    reuse: &Reuse<'_>,
 ) -> Result<(http::Response<WasiBody>, IoFuture), HttpError> {
     let timeout = |t: Option<Duration>| t.unwrap_or(Duration::from_secs(30));
     let connect_timeout = timeout(options.connect_timeout);
     let first_byte_timeout = timeout(options.first_byte_timeout);
     let between_bytes_timeout = timeout(options.between_bytes_timeout).max(Duration::from_nanos(1));
 
+    // Origin form on the wire: scheme and authority went into the connection and `host`.
+    let path = request
+        .uri()
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_owned();
+    *request.uri_mut() = http::Uri::builder()
+        .path_and_query(path)
+        .build()
+        .map_err(|_| HttpError::HttpRequestUriInvalid)?;
+
+    let deadline = tokio::time::Instant::now() + first_byte_timeout;
+    let mut request = Some(request);
+    let mut sent = None;
+    let mut opened = false;
+    while let Some(message) = request.take() {
+        let pooled = if opened {
+            None
+        } else {
+            reuse.pool.checkout(reuse.provider, target, addresses)
+        };
+        let (key, mut sender) = match pooled {
+            Some((key, mut sender)) => {
+                if !matches!(
+                    tokio::time::timeout(READY_WAIT, sender.ready()).await,
+                    Ok(Ok(()))
+                ) {
+                    request = Some(message);
+                    continue;
+                }
+                (key, sender)
+            }
+            // A new connection that cannot take the request either: the server hung up.
+            None if opened => return Err(HttpError::ConnectionTerminated),
+            None => {
+                opened = true;
+                open(target, addresses, connect_timeout, reuse).await?
+            }
+        };
+        match tokio::time::timeout_at(deadline, sender.try_send_request(message)).await {
+            Err(_) => return Err(HttpError::ConnectionReadTimeout),
+            Ok(Ok(response)) => sent = Some((response, key, sender)),
+            Ok(Err(mut refused)) => match refused.take_message() {
+                // Never written: the connection had closed; another one takes it.
+                Some(message) => request = Some(message),
+                None => return Err(HttpError::from(refused.into_error())),
+            },
+        }
+    }
+    let (response, key, sender) = sent.ok_or(HttpError::ConnectionTerminated)?;
+    let checkin = Checkin {
+        pool: reuse.pool.clone(),
+        key,
+        sender,
+    };
+    let response = response.map(|incoming| {
+        TimedBody {
+            incoming,
+            idle: between_bytes_timeout,
+            sleep: Box::pin(tokio::time::sleep(between_bytes_timeout)),
+            checkin: Some(checkin),
+        }
+        .boxed_unsync()
+    });
+    // The connection is driven by its own task (it outlives this response when reused).
+    let io: IoFuture = Box::new(async { Ok(()) });
+    Ok((response, io))
+}
+
+/// A new connection (TCP, TLS for `https`, the HTTP/1.1 handshake), driven by its own task.
+async fn open(
+    target: &Target,
+    addresses: &[IpAddr],
+    connect_timeout: Duration,
+    reuse: &Reuse<'_>,
+) -> Result<(Key, SendRequest<WasiBody>), HttpError> {
     let tcp = tokio::time::timeout(connect_timeout, connect_any(addresses, target.port))
         .await
         .map_err(|_| HttpError::ConnectionTimeout)??;
+    let ip = tcp.peer_addr().map_err(HttpError::Connect)?.ip();
+    // Small requests on a kept connection must not wait for the previous segment's ACK.
+    tcp.set_nodelay(true).map_err(HttpError::Connect)?;
     let stream: Box<dyn Stream> = match target.scheme {
         Scheme::Http => Box::new(tcp),
         Scheme::Https => {
@@ -86,67 +181,18 @@ pub(crate) async fn send(
             Box::new(tls)
         }
     };
-    let (mut sender, conn) = tokio::time::timeout(
+    let (sender, conn) = tokio::time::timeout(
         connect_timeout,
         hyper::client::conn::http1::Builder::new().handshake(TokioIo::new(stream)),
     )
     .await
     .map_err(|_| HttpError::ConnectionTimeout)??;
-
-    // Origin form on the wire: scheme and authority went into the connection and `host`.
-    let path = request
-        .uri()
-        .path_and_query()
-        .map_or("/", |p| p.as_str())
-        .to_owned();
-    *request.uri_mut() = http::Uri::builder()
-        .path_and_query(path)
-        .build()
-        .map_err(|_| HttpError::HttpRequestUriInvalid)?;
-
-    let mut response = pin!(async {
-        let response = tokio::time::timeout(first_byte_timeout, sender.send_request(request))
-            .await
-            .map_err(|_| HttpError::ConnectionReadTimeout)??;
-        Ok::<_, HttpError>(response.map(|incoming| {
-            TimedBody {
-                incoming,
-                idle: between_bytes_timeout,
-                sleep: Box::pin(tokio::time::sleep(between_bytes_timeout)),
-            }
-            .boxed_unsync()
-        }))
-    });
-    // Drive the connection until the response head arrives; then it is wasmtime's to drive.
-    let mut conn = Some(conn);
-    let response = poll_fn(|cx| match response.as_mut().poll(cx) {
-        Poll::Ready(result) => Poll::Ready(result),
-        Poll::Pending => {
-            let Some(c) = conn.as_mut() else {
-                return Poll::Pending;
-            };
-            let done = ready!(Pin::new(c).poll(cx));
-            conn = None;
-            match done {
-                Ok(()) => response.as_mut().poll(cx),
-                Err(e) => Poll::Ready(Err(HttpError::from(e))),
-            }
-        }
-    })
-    .await?;
-    let io: IoFuture = Box::new(async move {
-        match conn {
-            Some(conn) => conn.await.map_err(|e| {
-                if e.is_timeout() {
-                    HttpError::HttpResponseTimeout
-                } else {
-                    HttpError::from(e)
-                }
-            }),
-            None => Ok(()),
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(error = %e, "plugin HTTP connection ended with an error");
         }
     });
-    Ok((response, io))
+    Ok((Key::new(reuse.provider, target, ip), sender))
 }
 
 /// The first of `addresses` that accepts a TCP connection on `port`.
@@ -167,11 +213,30 @@ async fn connect_any(addresses: &[IpAddr], port: u16) -> Result<TcpStream, HttpE
     })
 }
 
-/// A response body that fails when no frame arrives for `idle`.
+/// A response body that fails when no frame arrives for `idle`, and gives its connection back
+/// once read to the end.
 struct TimedBody {
     incoming: hyper::body::Incoming,
     idle: Duration,
     sleep: Pin<Box<tokio::time::Sleep>>,
+    checkin: Option<Checkin>,
+}
+
+impl TimedBody {
+    fn ended(&mut self) {
+        if let Some(checkin) = self.checkin.take() {
+            checkin.finish();
+        }
+    }
+}
+
+impl Drop for TimedBody {
+    fn drop(&mut self) {
+        // A body with nothing (left) to read is done even if nobody polled its end.
+        if self.incoming.is_end_stream() {
+            self.ended();
+        }
+    }
 }
 
 impl Body for TimedBody {
@@ -193,7 +258,10 @@ impl Body for TimedBody {
                 Poll::Ready(Some(Err(HttpError::HttpResponseTimeout)))
             }
             Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(HttpError::from(e)))),
-            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Ready(None) => {
+                this.ended();
+                Poll::Ready(None)
+            }
             Poll::Pending => {
                 ready!(this.sleep.as_mut().poll(cx));
                 Poll::Ready(Some(Err(HttpError::ConnectionReadTimeout)))

@@ -103,7 +103,11 @@ impl WasiHttpHooks for EgressHooks {
                 }
             };
             trace.started();
-            let sent = send_bounded(request, &target, &addresses, options, limit).await;
+            let reuse = connect::Reuse {
+                pool: policy.connections(),
+                provider: &label,
+            };
+            let sent = send_bounded(request, &target, &addresses, options, limit, &reuse).await;
             if let Err(e) = &sent {
                 trace.failed(e);
             }
@@ -119,8 +123,9 @@ async fn send_bounded(
     addresses: &[std::net::IpAddr],
     options: RequestOptions,
     limit: u64,
+    reuse: &connect::Reuse<'_>,
 ) -> Result<(http::Response<WasiBody>, IoFuture), HttpError> {
-    let (response, io) = connect::send(request, target, addresses, options).await?;
+    let (response, io) = connect::send(request, target, addresses, options, reuse).await?;
     let response = response.map(|body| BoundedBody::new(body, limit).boxed_unsync());
     Ok((response, io))
 }

@@ -6,6 +6,7 @@
 //! - [`address`]: which IP addresses are public, which host spellings are IP addresses.
 //! - [`resolve`]: the [`Resolve`] seam (system resolver; a static table for tests).
 //! - [`connect`]: sending a request to a checked address (TLS, HTTP/1.1).
+//! - [`pool`]: [`Connections`], idle connections kept per ProviderConfig and destination.
 //! - [`hooks`]: `EgressHooks`, the per-call hook applying all of the above, the call's deadline
 //!   and the response size bound.
 //! - [`trace`]: `NetTrace`, whether a call's requests may have reached a server.
@@ -15,6 +16,7 @@ mod allowlist;
 mod connect;
 mod hooks;
 mod policy;
+mod pool;
 mod resolve;
 mod trace;
 
@@ -22,5 +24,6 @@ pub use allowlist::EgressParseError;
 pub(crate) use hooks::EgressHooks;
 pub use hooks::MAX_SIGNED_BODY_BYTES;
 pub use policy::EgressPolicy;
+pub use pool::Connections;
 pub use resolve::{Resolve, ResolveFuture, StaticResolver, SystemResolver};
 pub(crate) use trace::NetTrace;

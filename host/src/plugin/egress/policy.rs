@@ -23,6 +23,7 @@ use http::Uri;
 
 use super::address::{HostKind, is_non_public};
 use super::allowlist::{Allowlist, EgressParseError, Target};
+use super::pool::Connections;
 use super::resolve::{Resolve, SystemResolver};
 use crate::plugin::redact::Redactor;
 use crate::plugin::signing::RequestSigner;
@@ -35,6 +36,7 @@ pub struct EgressPolicy {
     resolver: Arc<dyn Resolve>,
     signer: Option<Arc<RequestSigner>>,
     redactor: Redactor,
+    connections: Connections,
 }
 
 impl Default for EgressPolicy {
@@ -45,6 +47,7 @@ impl Default for EgressPolicy {
             resolver: Arc::new(SystemResolver),
             signer: None,
             redactor: Redactor::default(),
+            connections: Connections::default(),
         }
     }
 }
@@ -57,6 +60,7 @@ impl fmt::Debug for EgressPolicy {
             .field("resolver", &self.resolver)
             .field("signer", &self.signer)
             .field("redactor", &self.redactor)
+            .field("connections", &self.connections)
             .finish()
     }
 }
@@ -114,6 +118,18 @@ impl EgressPolicy {
     pub fn with_signer(mut self, signer: RequestSigner) -> Self {
         self.signer = Some(Arc::new(signer));
         self
+    }
+
+    /// Keeps idle connections in `connections` (shared with other policies, e.g. every
+    /// resolve of one operator) instead of a pool of this policy's own.
+    pub fn with_connections(mut self, connections: Connections) -> Self {
+        self.connections = connections;
+        self
+    }
+
+    /// Where idle connections are kept.
+    pub(crate) fn connections(&self) -> &Connections {
+        &self.connections
     }
 
     /// Redacts these Secret values from everything the plugin says.
