@@ -59,6 +59,18 @@ async fn a_vm_lifecycle_costs_the_peers_writes_and_no_event() -> anyhow::Result<
     for i in 0..VMS {
         env.wait_ready(&format!("vm-{i}")).await?;
     }
+    // The status is written without managedFields: the API server kept everyone's.
+    let vm = env.vms().get("vm-0").await?;
+    let managers: Vec<_> = vm
+        .managed_fields()
+        .iter()
+        .map(|m| (m.manager.clone(), m.subresource.clone()))
+        .collect();
+    ensure!(
+        managers.iter().any(|(_, sub)| sub.as_deref() == Some("status"))
+            && managers.iter().any(|(_, sub)| sub.is_none()),
+        "managed fields after the operator's writes: {managers:?}"
+    );
     for i in 0..VMS {
         env.vms()
             .delete(&format!("vm-{i}"), &DeleteParams::default())

@@ -176,6 +176,9 @@ impl Effects for Live<'_> {
         }
         let mut object = self.vm.clone();
         object.status = Some(status.clone());
+        // A status PUT changes nothing but the status, and the API server keeps the managed
+        // fields of a request that carries none: sending them would only be more to decode.
+        object.metadata.managed_fields = None;
         let updated = self
             .api
             .replace_status(&self.vm.name_any(), &PostParams::default(), &object)
