@@ -230,6 +230,8 @@ impl World {
             phase,
             addresses: Vec::new(),
             message: None,
+            // Tagged with the uid it was made for, as ec2 does.
+            owner: Some(m.uid.clone()),
         })
     }
 
@@ -396,6 +398,7 @@ impl Fake<'_> {
                 phase: Phase::Running,
                 addresses: Vec::new(),
                 message: None,
+                owner: Some(UID.into()),
             })
         })
         .await
