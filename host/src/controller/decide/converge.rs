@@ -39,24 +39,21 @@ pub(super) fn without_id(facts: &Facts, seen: &Observed) -> Option<Step> {
             }
             Some(Some(machine)) => machine,
         };
-        // The cloud's mark first: it outlives the VirtualMachine that set it.
-        if let Some(owner) = machine
-            .owner
-            .as_ref()
-            .filter(|_| machine.owned_by_other(&day2.uid))
-        {
-            return Some(Step::Act(Action::AdoptionConflict {
-                id: id.clone(),
-                owner: Claimant::Uid(owner.clone()),
-            }));
-        }
-        return Some(match &seen.claimed_by {
-            None => Step::Claimed(id.clone()),
-            Some(Some(owner)) => Step::Act(Action::AdoptionConflict {
+        // A VirtualMachine in the cluster that records it is named; else the cloud's mark,
+        // which outlives the VirtualMachine that set it, says whose it is.
+        return Some(match (&seen.claimed_by, &machine.owner) {
+            (None, _) => Step::Claimed(id.clone()),
+            (Some(Some(owner)), _) => Step::Act(Action::AdoptionConflict {
                 id: id.clone(),
                 owner: Claimant::VirtualMachine(owner.clone()),
             }),
-            Some(None) => match &seen.location {
+            (Some(None), Some(owner)) if machine.owned_by_other(&day2.uid) => {
+                Step::Act(Action::AdoptionConflict {
+                    id: id.clone(),
+                    owner: Claimant::Uid(owner.clone()),
+                })
+            }
+            (Some(None), _) => match &seen.location {
                 None => Step::Location,
                 Some(location) => Step::Act(Action::Adopt {
                     machine: machine.clone(),

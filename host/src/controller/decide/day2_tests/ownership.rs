@@ -21,7 +21,7 @@ fn a_machine_marked_by_another_uid_is_never_adopted() {
                 d.policy = policy;
             })
         };
-        // Refused on the cloud's word alone: no VirtualMachine in the cluster is asked about.
+        // Refused on the cloud's word alone: no VirtualMachine in the cluster records it.
         let (action, asked) = act(&adopt, Some(owned(Phase::Running, THEM)), None);
         assert_eq!(
             action,
@@ -31,7 +31,20 @@ fn a_machine_marked_by_another_uid_is_never_adopted() {
             },
             "{policy:?}"
         );
-        assert_eq!(asked, ["get"]);
+        assert_eq!(asked, ["get", "claimed"]);
+        // One that does is named instead.
+        let seen = Observed {
+            get: Some(Some(owned(Phase::Running, THEM))),
+            claimed_by: Some(Some("ns/them".into())),
+            ..Observed::default()
+        };
+        assert_eq!(
+            decide(&adopt, &seen),
+            Step::Act(Action::AdoptionConflict {
+                id: "i-1".into(),
+                owner: Claimant::VirtualMachine("ns/them".into())
+            })
+        );
         // Our own mark (a claim whose status write was lost) or none: adopted as before.
         for mark in [Some(US), None] {
             let found = VmStatus {
