@@ -34,7 +34,7 @@ mod action;
 mod converge;
 
 pub use action::{Action, Claimant};
-pub use converge::{LaunchOnlyChange, launch_only_changes, restart_pending, stale};
+pub use converge::{LaunchOnlyChange, restart_pending, stale};
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -15,7 +15,8 @@
 //! - Under `managementPolicy: Full`, an observed machine whose mark turns out to be another
 //!   uid's (two VMs adopted it at once and the other claimed it last) is
 //!   [`Action::AdoptionConflict`]: observed no more, never updated, powered or deleted
-//!   (`day2_tests::ownership::a_machine_claimed_by_another_uid_is_left_alone`).
+//!   (`day2_tests::ownership::a_machine_claimed_by_another_uid_is_left_alone`; under faults,
+//!   the claim schedules of `host/tests/simulation/day2.rs`).
 //! - A change of a launch-only parameter after creation is [`Action::LaunchOnly`], decided
 //!   before any call: nothing is asked of the plugin, `status.applied` keeps the value the
 //!   machine was made with, and reverting the spec ends it
@@ -110,7 +111,7 @@ impl std::fmt::Display for LaunchOnlyChange {
 /// The launch-only parameters whose value differs from what the machine was made with; empty
 /// when none does, or when that is not known (`status.applied` unset: an adopted machine, or
 /// a record lost in the middle of an update, which the next `update` records again).
-pub fn launch_only_changes(facts: &Facts) -> Vec<LaunchOnlyChange> {
+fn launch_only_changes(facts: &Facts) -> Vec<LaunchOnlyChange> {
     let day2 = &facts.day2;
     let Some(applied) = &day2.applied else {
         return Vec::new();
