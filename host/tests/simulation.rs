@@ -85,6 +85,8 @@ impl Rng {
 #[derive(Debug, Clone)]
 struct Machine {
     id: String,
+    /// Its ownership mark (ec2's `vmop.dev/uid` tag): what `find` searches and `get` reports
+    /// as `owner`; another VM may claim the machine by changing it (`day2.rs`).
     uid: String,
     location: String,
     /// Not terminated.
@@ -129,6 +131,8 @@ struct World {
     /// Contract breaches seen by the fake plugin (a call lacking its capability, a write
     /// asked twice in one reconcile).
     violations: Vec<String>,
+    /// Another VM claimed the VM's machine at the cloud (`day2.rs`).
+    stolen: bool,
 }
 
 impl World {
@@ -165,6 +169,7 @@ impl World {
             log: Vec::new(),
             abilities: Abilities::default(),
             violations: Vec::new(),
+            stolen: false,
         }
     }
 
@@ -230,6 +235,8 @@ impl World {
             phase,
             addresses: Vec::new(),
             message: None,
+            // Tagged with the uid it was made for, as ec2 does.
+            owner: Some(m.uid.clone()),
         })
     }
 
@@ -396,6 +403,7 @@ impl Fake<'_> {
                 phase: Phase::Running,
                 addresses: Vec::new(),
                 message: None,
+                owner: Some(UID.into()),
             })
         })
         .await
@@ -403,7 +411,8 @@ impl Fake<'_> {
 
     /// Records a write call, and a violation when the plugin lacks its capability or it was
     /// already made in this reconcile.
-    fn write_call(&mut self, op: Operation, capable: bool) {
+    fn write_call(&mut self, op: Operation, id: &str, capable: bool) {
+        self.not_foreign(op, id);
         if !capable {
             self.world
                 .violations
@@ -415,6 +424,21 @@ impl Fake<'_> {
                 .push(format!("{} called twice in one reconcile", op.as_str()));
         }
         self.writes.push(op);
+    }
+
+    /// Records a violation when machine `id` carries another VM's mark: the operator never
+    /// writes to another VM's machine (outside changes come only between reconciles, so the
+    /// reconcile's own `get` has seen the mark).
+    fn not_foreign(&mut self, op: Operation, id: &str) {
+        if let Some(m) = self
+            .world
+            .machines
+            .iter()
+            .find(|m| m.id == id && m.uid != UID)
+        {
+            let message = format!("{} called on {}, which {} owns", op.as_str(), m.id, m.uid);
+            self.world.violations.push(message);
+        }
     }
 
     /// The live, visible machine `id` at this reconcile's location.
@@ -430,7 +454,7 @@ impl Fake<'_> {
     }
 
     async fn power(&mut self, op: Operation, id: &str, on: bool) -> Result<(), Error> {
-        self.write_call(op, self.world.abilities.power);
+        self.write_call(op, id, self.world.abilities.power);
         self.perform(op, format!("{} {id}", op.as_str()), move |f| {
             match f.machine(id) {
                 Some(m) => {
@@ -514,6 +538,7 @@ impl Effects for Fake<'_> {
         (result, !unsent_proof)
     }
     async fn delete(&mut self, id: &str) -> Result<(), Error> {
+        self.not_foreign(Operation::Delete, id);
         self.perform(Operation::Delete, format!("delete {id}"), |f| {
             let location = f.location.clone();
             let w = &mut *f.world;
@@ -529,7 +554,7 @@ impl Effects for Fake<'_> {
     }
 
     async fn update(&mut self, id: &str) -> Result<UpdateOutcome, Error> {
-        self.write_call(Operation::Update, self.world.abilities.update);
+        self.write_call(Operation::Update, id, self.world.abilities.update);
         let desired = self.desired_mib;
         self.perform(Operation::Update, format!("update {id}"), move |f| {
             let live_resize = f.world.abilities.live_resize;

@@ -52,6 +52,7 @@ async fn native_create(
         phase: Phase::Running,
         addresses: Vec::new(),
         message: Some("0.1.0".to_string()),
+        owner: None,
     })
 }
 

@@ -73,7 +73,7 @@ fn assert_violation<T: std::fmt::Debug>(
 #[tokio::test]
 async fn oversized_outputs_are_contract_violations() -> anyhow::Result<()> {
     let (_dir, hostile) = support::load("hostile").await?;
-    for m in ["huge-id", "many-addresses"] {
+    for m in ["huge-id", "many-addresses", "huge-owner"] {
         let ctx = mode(m);
         assert_violation(hostile.create(&ctx, &spec()).await, &format!("{m} create"))?;
         assert_violation(hostile.get(&ctx, "i-1").await, &format!("{m} get"))?;

@@ -1,7 +1,7 @@
 //! `vmop plan` on the real control plane, moto and the ec2 plugin: each pending action is
 //! printed, nothing is written (no new instance in moto, no object changed), and once the
 //! operator has converged the plan is empty and exits 0. The same for the day-2 actions
-//! (adopt, update, restart, start, stop, paused).
+//! (adopt, update, restart, start, stop, paused, and a refused launch-only parameter change).
 
 mod day2;
 
@@ -192,10 +192,14 @@ async fn plan_prints_day2_actions_and_writes_nothing() -> anyhow::Result<()> {
     let provider = env.standard_provider("aws").await?;
     let mut operator = env.operator().start(operator_bin())?;
     let names = [
-        "steady", "grow", "halt", "wake", "restart", "pending", "held",
+        "steady", "grow", "halt", "wake", "restart", "pending", "held", "pinned",
     ];
+    let (subnet_a, subnet_b) = (day2::subnet(&env.moto, 31)?, day2::subnet(&env.moto, 32)?);
     for name in names {
         let mut vm = env.vm(name, &provider);
+        if name == "pinned" {
+            vm.spec.parameters = [("subnetId".to_owned(), json!(subnet_a))].into();
+        }
         if name == "wake" {
             vm.spec.power_state = vmop::api::PowerState::Stopped;
         }
@@ -246,6 +250,13 @@ async fn plan_prints_day2_actions_and_writes_nothing() -> anyhow::Result<()> {
         json!({"spec": {"memory": "1Gi"}, "metadata": {"annotations": {"vmop.dev/paused": "true"}}}),
     )
     .await?;
+    // A launch-only parameter changed: refused, never an update.
+    day2::patch_vm(
+        &env,
+        "pinned",
+        json!({"spec": {"parameters": {"subnetId": subnet_b}}}),
+    )
+    .await?;
     let outside = day2::run_instance(&env.moto, "t3.nano")?;
     let mut adoptee = env.vm("adoptee", &provider);
     adoptee.spec.external_id = Some(outside.clone());
@@ -269,6 +280,7 @@ async fn plan_prints_day2_actions_and_writes_nothing() -> anyhow::Result<()> {
         ("held", "paused"),
         ("pending", "wait"),
         ("adoptee", "adopt"),
+        ("pinned", "blocked"),
     ];
     for (name, action) in expect {
         ensure!(
@@ -307,6 +319,25 @@ async fn plan_prints_day2_actions_and_writes_nothing() -> anyhow::Result<()> {
     env.wait_ready("adoptee").await?;
     env.wait_vm_condition("restart", "RestartRequired", "False", None)
         .await?;
+    // The refusal the plan announced; reverted, the VM is in sync again.
+    env.wait_vm_condition("pinned", "Synced", "False", Some("InvalidSpec"))
+        .await?;
+    let reverted = day2::patch_vm(
+        &env,
+        "pinned",
+        json!({"spec": {"parameters": {"subnetId": subnet_a}}}),
+    )
+    .await?;
+    env.wait_vm("pinned", "in sync at the reverted generation", |vm| {
+        vm.and_then(|vm| vm.status.as_ref()).is_some_and(|s| {
+            s.conditions.iter().any(|c| {
+                c.type_ == "Synced"
+                    && c.status == "True"
+                    && c.observed_generation == reverted.metadata.generation
+            })
+        })
+    })
+    .await?;
     let (code, actions) = plan(&env).await?;
     ensure!(
         code == 0

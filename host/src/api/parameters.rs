@@ -141,6 +141,7 @@ mod tests {
             name: name.into(),
             kind,
             description: String::new(),
+            mutable: false,
         })
         .collect()
     }

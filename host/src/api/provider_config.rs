@@ -282,4 +282,8 @@ pub struct ParameterStatus {
     pub kind: String,
     /// What the parameter does, in the plugin's words.
     pub description: String,
+    /// Whether a change reaches an existing machine; `false`: it takes effect at creation
+    /// only, and a change afterwards is refused (`Synced=False`, reason `InvalidSpec`).
+    #[serde(default)]
+    pub mutable: bool,
 }

@@ -12,8 +12,9 @@ use serde::{Deserialize, Serialize};
 use crate::plugin::Phase;
 
 /// The desired machine. Fields the provider cannot change on an existing machine (image, user
-/// data, provider) are immutable: replace the VirtualMachine to change them. cpu, memory,
-/// parameters and powerState may change (see `spec.updateStrategy`).
+/// data, provider) are immutable: replace the VirtualMachine to change them (the operator never
+/// replaces a machine itself). cpu, memory, parameters and powerState may change (see
+/// `spec.updateStrategy`), except parameters the plugin declares launch-only.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 // Several `printcolumn(type_ = ..)` are several columns, not a repeated attribute.
 #[allow(clippy::duplicated_attributes)]
@@ -113,7 +114,10 @@ pub struct VirtualMachineSpec {
     /// plugin accepts are listed in the ProviderConfig's `status.plugin.parameters`; a value is
     /// a string, a number, a boolean, or (for `string-list` parameters) a list of strings or a
     /// comma-separated string. An unknown name or a value of the wrong kind is refused before
-    /// any call to the cloud (`Synced=False`, reason `InvalidSpec`, naming the parameter).
+    /// any call to the cloud (`Synced=False`, reason `InvalidSpec`, naming the parameter). So is
+    /// a change, after the machine was created, of a parameter the plugin applies at creation
+    /// only (`mutable: false` in that list; for EC2 all but `instanceType`): the machine and
+    /// `status.applied` keep the value it was made with until the change is reverted.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(schema_with = "parameters_schema")]
     pub parameters: BTreeMap<String, serde_json::Value>,
@@ -134,8 +138,14 @@ pub struct VirtualMachineSpec {
 
     /// Adopt an existing machine instead of creating one: the cloud's identifier of it (for EC2
     /// an instance id). Only read while no machine is recorded in `status.id`. The operator
-    /// checks that the machine exists and that no other VirtualMachine manages it; a conflict
-    /// is `Synced=False` with reason `AdoptionConflict`, and the machine is not touched.
+    /// checks that the machine exists and that no other VirtualMachine manages it: none in the
+    /// cluster records it, and its ownership mark at the cloud (EC2: tag `vmop.dev/uid`), if
+    /// any, is this VirtualMachine's uid, even when the VirtualMachine that set it is gone. A
+    /// conflict is `Synced=False` with reason `AdoptionConflict`, and the machine is not
+    /// touched, nor deleted with this VirtualMachine. Under `managementPolicy: Full` the
+    /// adopted machine is marked as this VirtualMachine's (EC2: tagged), so that a second one
+    /// naming it is refused; if its mark later names another VirtualMachine, the operator lets
+    /// it go (`AdoptionConflict`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 256))]
     pub external_id: Option<String>,

@@ -24,13 +24,19 @@
 //! - Day 2 (`converge.rs`): a paused VM asks nothing and does nothing; an `ObserveOnly` VM is
 //!   never created, updated, powered or deleted (its deletion leaves the machine); an export
 //!   whose capability the plugin lacks is never asked for (a condition says so instead); an
-//!   adopted machine that another VirtualMachine records is never taken over; a replacement is
-//!   never made (the VM says it is needed).
+//!   adopted machine that another VirtualMachine records, or whose ownership mark
+//!   (`vm-status.owner`) is another VM's uid, is never taken over, updated, powered or deleted
+//!   ([`Action::AdoptionConflict`], and [`Action::Disown`] at deletion); a change of a
+//!   launch-only parameter after creation is refused before any call
+//!   ([`Action::LaunchOnly`]); a replacement is never made (the VM says it is needed).
 
+mod action;
 mod converge;
 
-pub use converge::{restart_pending, stale};
+pub use action::{Action, Claimant};
+pub use converge::{LaunchOnlyChange, restart_pending, stale};
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use crate::api::{AppliedSpec, DeletionPolicy, ManagementPolicy, PowerState, UpdateStrategy};
@@ -57,6 +63,9 @@ impl Capabilities {
 /// The day-2 part of [`Facts`]: what the spec asks beyond existence, and what was last applied.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Day2 {
+    /// The VM's `metadata.uid`: a machine marked with another uid (`vm-status.owner`) is
+    /// another VM's.
+    pub uid: String,
     /// Annotation `vmop.dev/paused: "true"`.
     pub paused: bool,
     pub policy: ManagementPolicy,
@@ -71,6 +80,9 @@ pub struct Day2 {
     /// `RestartRequired=True` in status: the last `update` answered `needs-restart`.
     pub restart_required: bool,
     pub capabilities: Capabilities,
+    /// The parameters the plugin declares launch-only (`parameter.mutable == false`): a
+    /// change after creation is refused, never handed to `update`.
+    pub launch_only: BTreeSet<String>,
 }
 
 /// What is known about the VM when deciding.
@@ -122,81 +134,6 @@ pub enum Step {
     /// Ask which other VirtualMachine records this machine (before adopting it).
     Claimed(String),
     Act(Action),
-}
-
-/// What the VM needs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
-    /// The machine is there (possibly found under an id not recorded yet): mirror it.
-    Observe(VmStatus),
-    /// No machine has been recorded: create it (idempotent on the uid) at `location`.
-    Create { location: String },
-    /// Before creating at `location`, record that creates go there (no create can have made a
-    /// machine elsewhere).
-    Intend { location: String },
-    /// The recorded machine is confirmed lost: create a new one at `location`.
-    Recreate { lost: String, location: String },
-    /// Deleting: ask the provider to delete this machine.
-    Delete(VmStatus),
-    /// Deleting: the provider is deleting it; watch it go.
-    AwaitDeletion(VmStatus),
-    /// Deleting: no machine exists; drop the finalizer.
-    Release,
-    /// Deleting with `deletionPolicy: Orphan`: drop the finalizer, leave the machine.
-    Orphan,
-    /// The provider says "none", but that cannot be believed for `remaining` more.
-    AwaitAbsence { remaining: Duration },
-    /// The provider says "none" from another location than the recorded one.
-    LocationChanged { recorded: String, current: String },
-    /// Annotation `vmop.dev/paused`: no call, no change.
-    Paused,
-    /// `spec.externalId` names this machine, which no other VM records: record it as ours.
-    Adopt { machine: VmStatus, location: String },
-    /// `spec.externalId` names a machine another VirtualMachine records: never take it over.
-    AdoptionConflict { id: String, owner: String },
-    /// The machine to adopt or observe does not exist (never created: not ours to create).
-    NotFound { id: Option<String> },
-    /// Make the machine match `desired` (cpu, memory, parameters) with `update`.
-    Update(VmStatus),
-    /// Stop the machine: `spec.powerState: Stopped`, or (`restart`) to apply an update that
-    /// needs it stopped.
-    Stop { machine: VmStatus, restart: bool },
-    /// Start the machine: `spec.powerState: Running`.
-    Start(VmStatus),
-    /// The spec asks for something the plugin cannot do (`capability` is missing): never
-    /// called, said in a condition.
-    Unsupported {
-        machine: VmStatus,
-        capability: &'static str,
-        what: &'static str,
-    },
-}
-
-impl Action {
-    /// One word for tables, logs and metrics.
-    pub fn verb(&self) -> &'static str {
-        match self {
-            Action::Observe(_) => "observe",
-            Action::Create { .. } => "create",
-            Action::Intend { .. } => "intend",
-            Action::Recreate { .. } => "recreate",
-            Action::Delete(_) => "delete",
-            Action::AwaitDeletion(_) => "await-deletion",
-            Action::Release => "release",
-            Action::Orphan => "orphan",
-            Action::AwaitAbsence { .. } => "await-absence",
-            Action::LocationChanged { .. } => "location-changed",
-            Action::Paused => "paused",
-            Action::Adopt { .. } => "adopt",
-            Action::AdoptionConflict { .. } => "adoption-conflict",
-            Action::NotFound { .. } => "not-found",
-            Action::Update(_) => "update",
-            Action::Stop { restart: true, .. } => "restart",
-            Action::Stop { .. } => "stop",
-            Action::Start(_) => "start",
-            Action::Unsupported { .. } => "unsupported",
-        }
-    }
 }
 
 /// Decides the next step. See the module docs.
@@ -258,6 +195,9 @@ fn decide_apply(facts: &Facts, seen: &Observed) -> Step {
             },
         });
     };
+    if let Some(refused) = converge::launch_only(facts) {
+        return refused;
+    }
     match &seen.get {
         None => Step::Get(id.clone()),
         Some(Some(machine)) => converge::observed(facts, machine),
@@ -285,11 +225,15 @@ fn decide_deletion(facts: &Facts, seen: &Observed) -> Step {
     if facts.deletion_policy == DeletionPolicy::Orphan {
         return Step::Act(Action::Orphan);
     }
+    // A machine marked as another VM's is that VM's to delete, never this one's.
     let remove = |machine: &VmStatus| {
-        Step::Act(if machine.phase == Phase::Deleting {
-            Action::AwaitDeletion(machine.clone())
-        } else {
-            Action::Delete(machine.clone())
+        Step::Act(match &machine.owner {
+            Some(owner) if machine.owned_by_other(&facts.day2.uid) => Action::Disown {
+                id: machine.id.clone(),
+                owner: owner.clone(),
+            },
+            _ if machine.phase == Phase::Deleting => Action::AwaitDeletion(machine.clone()),
+            _ => Action::Delete(machine.clone()),
         })
     };
     match &facts.id {

@@ -201,7 +201,25 @@ fn describe(action: &Action) -> (&'static str, String) {
         ),
         Action::AdoptionConflict { id, owner } => (
             "blocked",
-            format!("machine {id} is managed by VirtualMachine {owner}: never taken over"),
+            format!("machine {id} is managed by {owner}: never taken over"),
+        ),
+        Action::Disown { id, owner } => (
+            "orphan",
+            format!(
+                "deleting: machine {id} carries the ownership mark of uid {owner}: would remove \
+                 the finalizer and leave the machine"
+            ),
+        ),
+        Action::LaunchOnly(changes) => (
+            "blocked",
+            format!(
+                "{} changed, but the plugin applies it at creation only: refused (InvalidSpec)",
+                changes
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
         ),
         Action::NotFound { id: Some(id) } => ("blocked", format!("machine {id} does not exist")),
         Action::NotFound { id: None } => (

@@ -44,6 +44,7 @@ pub async fn reconcile(pc: Arc<ProviderConfig>, ctx: Arc<Context>) -> Result<Act
                         name: p.name.clone(),
                         kind: p.kind.as_str().to_owned(),
                         description: p.description.clone(),
+                        mutable: p.mutable,
                     })
                     .collect(),
             });

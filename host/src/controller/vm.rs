@@ -322,6 +322,8 @@ impl<E: Effects> Run<'_, E> {
                 Action::Paused
                 | Action::Adopt { .. }
                 | Action::AdoptionConflict { .. }
+                | Action::Disown { .. }
+                | Action::LaunchOnly(_)
                 | Action::NotFound { .. }
                 | Action::Update(_)
                 | Action::Stop { .. }

@@ -200,6 +200,7 @@ mod tests {
             phase,
             addresses: vec!["10.0.0.1".into()],
             message: None,
+            owner: None,
         }
     }
 

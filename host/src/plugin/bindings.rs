@@ -76,6 +76,7 @@ impl From<wit::VmStatus> for VmStatus {
             phase: s.phase.into(),
             addresses: s.addresses,
             message: s.message,
+            owner: s.owner,
         }
     }
 }
@@ -118,6 +119,7 @@ impl From<wit::Parameter> for Parameter {
                 wit::ParameterKind::StringList => ParameterKind::StringList,
             },
             description: p.description,
+            mutable: p.mutable,
         }
     }
 }

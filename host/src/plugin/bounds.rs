@@ -15,6 +15,7 @@ use std::time::Duration;
 use super::types::{PluginInfo, ProviderError, VmStatus};
 
 pub const MAX_ID: usize = 256;
+pub const MAX_OWNER: usize = 256;
 pub const MAX_ADDRESSES: usize = 16;
 pub const MAX_ADDRESS: usize = 256;
 pub const MAX_MESSAGE: usize = 1024;
@@ -82,6 +83,9 @@ pub fn status(s: &VmStatus) -> Result<(), Violation> {
     }
     if let Some(m) = &s.message {
         length("vm-status.message", m, MAX_MESSAGE)?;
+    }
+    if let Some(o) = &s.owner {
+        non_empty("vm-status.owner", o, MAX_OWNER)?;
     }
     Ok(())
 }
@@ -154,6 +158,7 @@ mod tests {
             phase: Phase::Running,
             addresses: vec!["10.0.0.1".into()],
             message: None,
+            owner: None,
         }
     }
 
@@ -176,6 +181,19 @@ mod tests {
         let mut chatty = vm("i-1");
         chatty.message = Some("m".repeat(MAX_MESSAGE + 1));
         assert!(status(&chatty).is_err());
+        let mut owned = vm("i-1");
+        owned.owner = Some("u".repeat(MAX_OWNER + 1));
+        assert!(matches!(
+            status(&owned),
+            Err(Violation::TooLong {
+                field: "vm-status.owner",
+                ..
+            })
+        ));
+        owned.owner = Some(String::new());
+        assert!(matches!(status(&owned), Err(Violation::Empty { .. })));
+        owned.owner = Some("u-1".into());
+        assert_eq!(status(&owned), Ok(()));
     }
 
     #[test]

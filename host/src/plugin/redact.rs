@@ -131,6 +131,7 @@ impl Redactor {
                 .map(|a| self.string(a))
                 .collect(),
             message: status.message.map(|m| self.string(m)),
+            owner: status.owner.map(|o| self.string(o)),
             ..status
         }
     }
@@ -176,8 +177,10 @@ mod tests {
             phase: super::super::types::Phase::Running,
             addresses: vec!["TOKEN123.example".into()],
             message: Some("TOKEN123".into()),
+            owner: Some("uid-TOKEN123".into()),
         });
         assert_eq!(s.id, "i-[redacted]");
+        assert_eq!(s.owner.as_deref(), Some("uid-[redacted]"));
         assert_eq!(s.addresses, vec!["[redacted].example".to_string()]);
         assert_eq!(s.message.as_deref(), Some(REDACTED));
         let debug = format!("{r:?}");

@@ -72,6 +72,17 @@ pub struct VmStatus {
     pub phase: Phase,
     pub addresses: Vec<String>,
     pub message: Option<String>,
+    /// The uid of the VirtualMachine whose ownership mark the machine carries (`None`: not
+    /// marked). [`VmStatus::owned_by_other`] is what the decision reads.
+    pub owner: Option<String>,
+}
+
+impl VmStatus {
+    /// Whether the machine carries another VirtualMachine's mark than `uid`'s (an unmarked
+    /// machine is nobody's).
+    pub fn owned_by_other(&self, uid: &str) -> bool {
+        self.owner.as_deref().is_some_and(|o| o != uid)
+    }
 }
 
 /// What a plugin's `info()` returned.
@@ -98,6 +109,8 @@ pub struct Parameter {
     pub name: String,
     pub kind: ParameterKind,
     pub description: String,
+    /// Whether `update` applies a change to an existing machine; `false`: launch-only.
+    pub mutable: bool,
 }
 
 /// The kind of a parameter's value (every value travels as text).

@@ -1,12 +1,15 @@
 //! Day-2 schedules for the simulation: the fake plugin declares a random subset of `update`
 //! and `power` (and may resize live or only when stopped); the user edits memory, powerState
-//! and updateStrategy while faults run; someone powers the machine at the cloud.
+//! and updateStrategy while faults run; someone powers the machine at the cloud; in some
+//! schedules another VM claims the machine at the cloud (its ownership mark changes).
 //!
 //! Checked after every step: no call whose capability is missing, no write (`update`, `start`,
-//! `stop`) twice in one reconcile, at most one live machine. After the faults stop: the machine
-//! has the power state and size the spec asks, or the VM says why not (`RestartRequired=True`
-//! under `updateStrategy: Manual`, `PowerNotSupported`, `UpdateNotSupported`); then deleting
-//! the VM leaves nothing behind.
+//! `stop`) twice in one reconcile, at most one live machine, no write (`delete` included) to a
+//! machine marked as another VM's. After the faults stop: the machine has the power state and
+//! size the spec asks, or the VM says why not (`RestartRequired=True` under `updateStrategy:
+//! Manual`, `PowerNotSupported`, `UpdateNotSupported`, `AdoptionConflict` once its machine was
+//! claimed); then deleting the VM leaves nothing of its own behind, and the claimed machine
+//! to its new owner.
 
 use std::time::Duration;
 
@@ -17,6 +20,9 @@ use vmop::api::{PowerState, UpdateStrategy, VirtualMachine};
 use vmop::controller::attempts::Attempts;
 
 use super::{Abilities, SETTLE_STEPS, STEPS, UID, World, advance, reconcile};
+
+/// The uid of the VM that claims the machine in some schedules.
+const OTHER: &str = "another-vm-uid";
 
 const SIZES: [&str; 3] = ["512Mi", "1Gi", "2Gi"];
 
@@ -76,6 +82,16 @@ fn flip_power_outside(world: &mut World) {
     }
 }
 
+/// Another VM claims the VM's live machine at the cloud (it changes the ownership mark).
+fn claim_outside(world: &mut World) {
+    if let Some(m) = world.machines.iter_mut().find(|m| m.live && m.uid == UID) {
+        m.uid = OTHER.into();
+        let id = m.id.clone();
+        world.stolen = true;
+        world.note(format!("another VM claims {id} at the cloud"));
+    }
+}
+
 fn synced_reason(vm: &VirtualMachine) -> Option<String> {
     let status = vm.status.as_ref()?;
     let synced = status.conditions.iter().find(|c| c.type_ == "Synced")?;
@@ -98,6 +114,15 @@ fn converged(world: &World) -> Result<(), String> {
         .iter()
         .filter(|m| m.live && m.uid == UID)
         .collect();
+    if live.is_empty() && world.stolen {
+        // Its machine was claimed: left alone, and the VM says so.
+        return match synced_reason(vm).as_deref() {
+            Some("AdoptionConflict") => Ok(()),
+            other => Err(format!(
+                "the machine was claimed by another VM, and the VM says {other:?}"
+            )),
+        };
+    }
     let [machine] = live.as_slice() else {
         return Err(format!("{} live machines after settling", live.len()));
     };
@@ -145,7 +170,11 @@ pub(super) async fn run(world: &mut World) -> Result<(), String> {
         live_resize: world.rng.chance(30),
     };
     let abilities = world.abilities;
-    world.note(format!("plugin abilities {abilities:?}"));
+    let claims = world.rng.chance(20);
+    world.note(format!(
+        "plugin abilities {abilities:?}{}",
+        if claims { ", another VM claims" } else { "" }
+    ));
     let mut attempts = Attempts::new();
     for step in 0..STEPS + SETTLE_STEPS {
         if step == STEPS {
@@ -158,6 +187,9 @@ pub(super) async fn run(world: &mut World) -> Result<(), String> {
             }
             if world.rng.chance(4) {
                 flip_power_outside(world);
+            }
+            if claims && !world.stolen && world.rng.chance(3) {
+                claim_outside(world);
             }
         }
         reconcile(world, &mut attempts);
@@ -187,6 +219,13 @@ pub(super) async fn run(world: &mut World) -> Result<(), String> {
     }
     if world.live_for_uid() > 0 {
         return Err("a live machine was left behind (leaked)".into());
+    }
+    let claimed_left = world
+        .machines
+        .iter()
+        .any(|m| m.live && m.uid == OTHER && m.deleting_until.is_none());
+    if world.stolen && !claimed_left {
+        return Err("the machine another VM claimed was deleted".into());
     }
     Ok(())
 }

@@ -17,6 +17,8 @@ pub struct Instance {
     pub state_reason: Option<String>,
     /// ISO 8601, compares as a string.
     pub launch_time: String,
+    /// The `vmop.dev/uid` tag: the VM the instance belongs to (`vm-status.owner`).
+    pub owner: Option<String>,
 }
 
 impl Instance {
@@ -53,6 +55,7 @@ impl Instance {
             phase: self.phase(),
             addresses,
             message: self.state_reason.clone().filter(|m| !m.is_empty()),
+            owner: self.owner.clone().filter(|o| !o.is_empty()),
         }
     }
 }
@@ -80,6 +83,12 @@ mod tests {
             ["54.0.0.1", "10.0.0.1", "ip-10-0-0-1.ec2.internal"]
         );
         assert_eq!(status.message, None);
+        assert_eq!(status.owner, None, "an untagged instance is nobody's");
+        let tagged = Instance {
+            owner: Some("u-1".into()),
+            ..instance
+        };
+        assert_eq!(tagged.to_status().owner.as_deref(), Some("u-1"));
     }
 
     #[test]

@@ -129,7 +129,8 @@ impl Provider for Ec2Provider {
 
     fn update(config: &Config, id: &str, spec: VmSpec) -> Result<UpdateOutcome, ProviderError> {
         let ec2 = Api::ec2(config)?;
-        update::apply(&ec2, id, &launch::instance_type(config, &spec)?)
+        let desired_type = launch::instance_type(config, &spec)?;
+        update::apply(&ec2, id, &spec, &desired_type)
     }
 
     fn start(config: &Config, id: &str) -> Result<(), ProviderError> {

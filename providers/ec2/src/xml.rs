@@ -4,6 +4,7 @@
 use roxmltree::{Document, Node};
 
 use crate::instance::Instance;
+use crate::tags::TAG_UID;
 
 #[derive(Debug, thiserror::Error)]
 #[error("the response is not valid XML")]
@@ -81,6 +82,12 @@ fn instance(item: Node<'_, '_>) -> Instance {
         private_dns: text("privateDnsName"),
         state_reason: child(item, "stateReason").and_then(|s| child_text(s, "message")),
         launch_time: text("launchTime").unwrap_or_default(),
+        owner: child(item, "tagSet").and_then(|set| {
+            set.children()
+                .filter(|n| n.has_tag_name("item"))
+                .find(|tag| child_text(*tag, "key").as_deref() == Some(TAG_UID))
+                .map(|tag| child_text(tag, "value").unwrap_or_default())
+        }),
     }
 }
 
@@ -146,7 +153,9 @@ mod tests {
         assert_eq!(first.public_dns, None);
         assert_eq!(first.state_reason.as_deref(), Some("fine"));
         assert_eq!(first.launch_time, "2026-11-29T21:00:00.000Z");
+        assert_eq!(first.owner.as_deref(), Some("u-1"));
         assert_eq!(all[1].state, "terminated");
+        assert_eq!(all[1].owner, None);
     }
 
     #[test]

@@ -44,9 +44,19 @@ def instances(root):
                 yield aws.child_text(item, "instanceId") or "", state, item
 
 
+def owner(item):
+    """The `vmop.dev/uid` tag of an instance item: the VM that owns it, if any."""
+    for tag_set in (e for e in item if aws.local(e) == "tagSet"):
+        for tag in tag_set:
+            if aws.child_text(tag, "key") == TAG_UID:
+                return aws.child_text(tag, "value")
+    return None
+
+
 def status(instance_id, state, item):
     addresses = [aws.child_text(item, n) for n in ("ipAddress", "privateIpAddress", "dnsName", "privateDnsName")]
-    return vm_status(instance_id, PHASES.get(state, Phase.UNKNOWN), [a for a in addresses if a])
+    return vm_status(instance_id, PHASES.get(state, Phase.UNKNOWN), [a for a in addresses if a],
+                     owner=owner(item))
 
 
 def live(found):

@@ -94,6 +94,7 @@ mod tests {
                 phase: Phase::Running,
                 addresses: vec!["10.0.0.1".into(); 10_000],
                 message: Some("m".repeat(2 << 20)),
+                owner: Some(uid.into()),
             }))
         }
         fn create(_: &Config, spec: VmSpec) -> Result<VmStatus, ProviderError> {

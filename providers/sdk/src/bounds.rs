@@ -14,6 +14,8 @@ use crate::{Parameter, PluginInfo, ProviderError, RateLimit, VmStatus};
 
 /// `vm-status.id`, in bytes.
 pub const MAX_ID: usize = 256;
+/// `vm-status.owner`, in bytes.
+pub const MAX_OWNER: usize = 256;
 /// Entries of `vm-status.addresses`.
 pub const MAX_ADDRESSES: usize = 16;
 /// One address, in bytes.
@@ -78,11 +80,21 @@ pub fn result<T>(
 
 /// The status with over-long addresses dropped, at most [`MAX_ADDRESSES`] kept (in order: the
 /// most useful come first) and the message truncated; an id outside 1..=256 bytes is an error.
+/// An empty owner names no VM and becomes `None`; one over 256 bytes is an error (a cut uid, or
+/// none, would let another VM take the machine).
 pub fn status(mut status: VmStatus) -> Result<VmStatus, ProviderError> {
     if status.id.is_empty() || status.id.len() > MAX_ID {
         return Err(ProviderError::Permanent(format!(
             "provider bug: it returned a machine id of {} bytes (the contract allows 1..={MAX_ID})",
             status.id.len()
+        )));
+    }
+    status.owner = status.owner.filter(|o| !o.is_empty());
+    if let Some(owner) = status.owner.as_ref().filter(|o| o.len() > MAX_OWNER) {
+        return Err(ProviderError::Permanent(format!(
+            "provider bug: it returned a machine owner of {} bytes (the contract allows \
+             1..={MAX_OWNER})",
+            owner.len()
         )));
     }
     status.addresses.retain(|a| a.len() <= MAX_ADDRESS);
@@ -137,6 +149,7 @@ mod tests {
             phase: Phase::Running,
             addresses: Vec::new(),
             message: None,
+            owner: None,
         }
     }
 
@@ -209,6 +222,16 @@ mod tests {
         ));
         assert!(status(vm("")).is_err());
         assert!(optional_status(None).is_ok_and(|s| s.is_none()));
+        let owned = |owner: &str| VmStatus {
+            owner: Some(owner.into()),
+            ..vm("i-1")
+        };
+        assert!(status(owned(&"u".repeat(MAX_OWNER + 1))).is_err());
+        assert_eq!(status(owned("")).ok().and_then(|s| s.owner), None);
+        assert_eq!(
+            status(owned("u-1")).ok().and_then(|s| s.owner).as_deref(),
+            Some("u-1")
+        );
         assert!(location("aws:1:r:e".into()).is_ok());
         assert!(location(String::new()).is_err());
         assert!(location("l".repeat(MAX_LOCATION + 1)).is_err());
@@ -229,6 +252,7 @@ mod tests {
             name: "p".into(),
             kind: ParameterKind::Text,
             description: String::new(),
+            mutable: true,
         };
         let mut capabilities: Vec<String> = (0..40).map(|i| format!("cap-{i}")).collect();
         capabilities.insert(0, "c".repeat(65));

@@ -40,7 +40,7 @@ def call(config, method, path, body=None, missing_ok=False):
 
 def status(machine):
     return vm_status(machine["id"], PHASES.get(machine.get("state"), Phase.UNKNOWN),
-                     machine.get("addresses", []))
+                     machine.get("addresses", []), owner=machine.get("tags", {}).get("vmop.dev/uid"))
 
 
 def machine(id):

@@ -5,7 +5,8 @@
 //! ProviderConfig settings: `endpoint` (required, in `allowedHosts`) and `tags`
 //! (`key=value,...`, also a parameter). Credentials Secret: optional `token`, sent as a bearer
 //! token. Machines carry vmop's tags (`vmop_provider_sdk::tags`); `find` and `create` look
-//! them up by uid through `GET /v1/machines?uid=`.
+//! them up by uid through `GET /v1/machines?uid=`, and the `vmop.dev/uid` tag is the machine's
+//! `owner`. The testcloud makes every machine through vmop, so `update` has nothing to claim.
 
 use std::collections::BTreeMap;
 
@@ -29,6 +30,8 @@ struct Machine {
     addresses: Vec<String>,
     #[serde(default)]
     created: u64,
+    #[serde(default)]
+    tags: BTreeMap<String, String>,
 }
 
 impl Machine {
@@ -43,6 +46,7 @@ impl Machine {
             phase,
             addresses: self.addresses,
             message: None,
+            owner: self.tags.get(tags::TAG_UID).cloned(),
         }
     }
 }
@@ -104,6 +108,8 @@ impl Provider for TestCloud {
                 name: "tags".to_owned(),
                 kind: ParameterKind::Text,
                 description: "extra machine tags, comma-separated key=value".to_owned(),
+                // Tags are set at creation only.
+                mutable: false,
             }],
         }
     }

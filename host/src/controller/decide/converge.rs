@@ -8,9 +8,21 @@
 //! - A missing capability is never asked for: [`Action::Unsupported`] instead.
 //! - An update that needs a restart restarts the machine only under `updateStrategy: Restart`;
 //!   otherwise the machine keeps running (`RestartRequired=True`) until it is stopped.
-//! - A machine another VirtualMachine records is never adopted.
+//! - A machine another VirtualMachine records is never adopted, nor one whose ownership mark
+//!   (`vm-status.owner`) is another uid, even when no VirtualMachine with that uid is left in
+//!   the cluster (`day2_tests::ownership::a_machine_marked_by_another_uid_is_never_adopted`,
+//!   `tests/tests/operator_day2_adopt.rs`).
+//! - Under `managementPolicy: Full`, an observed machine whose mark turns out to be another
+//!   uid's (two VMs adopted it at once and the other claimed it last) is
+//!   [`Action::AdoptionConflict`]: observed no more, never updated, powered or deleted
+//!   (`day2_tests::ownership::a_machine_claimed_by_another_uid_is_left_alone`; under faults,
+//!   the claim schedules of `host/tests/simulation/day2.rs`).
+//! - A change of a launch-only parameter after creation is [`Action::LaunchOnly`], decided
+//!   before any call: nothing is asked of the plugin, `status.applied` keeps the value the
+//!   machine was made with, and reverting the spec ends it
+//!   (`day2_tests::ownership::a_launch_only_parameter_change_is_refused_before_any_call`).
 
-use super::{Action, Facts, Observed, Step};
+use super::{Action, Claimant, Facts, Observed, Step};
 use crate::api::{ManagementPolicy, PowerState, UpdateStrategy};
 use crate::plugin::{Phase, VmStatus};
 
@@ -28,13 +40,21 @@ pub(super) fn without_id(facts: &Facts, seen: &Observed) -> Option<Step> {
             }
             Some(Some(machine)) => machine,
         };
-        return Some(match &seen.claimed_by {
-            None => Step::Claimed(id.clone()),
-            Some(Some(owner)) => Step::Act(Action::AdoptionConflict {
+        // A VirtualMachine in the cluster that records it is named; else the cloud's mark,
+        // which outlives the VirtualMachine that set it, says whose it is.
+        return Some(match (&seen.claimed_by, &machine.owner) {
+            (None, _) => Step::Claimed(id.clone()),
+            (Some(Some(owner)), _) => Step::Act(Action::AdoptionConflict {
                 id: id.clone(),
-                owner: owner.clone(),
+                owner: Claimant::VirtualMachine(owner.clone()),
             }),
-            Some(None) => match &seen.location {
+            (Some(None), Some(owner)) if machine.owned_by_other(&day2.uid) => {
+                Step::Act(Action::AdoptionConflict {
+                    id: id.clone(),
+                    owner: Claimant::Uid(owner.clone()),
+                })
+            }
+            (Some(None), _) => match &seen.location {
                 None => Step::Location,
                 Some(location) => Step::Act(Action::Adopt {
                     machine: machine.clone(),
@@ -63,6 +83,63 @@ pub fn stale(facts: &Facts) -> bool {
     }
 }
 
+/// One launch-only parameter whose spec value differs from the one the machine was made with
+/// (`None`: not set).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchOnlyChange {
+    pub name: String,
+    pub applied: Option<String>,
+    pub desired: Option<String>,
+}
+
+impl std::fmt::Display for LaunchOnlyChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown = |v: &Option<String>| {
+            v.as_deref()
+                .map_or("unset".to_owned(), |v| format!("{v:?}"))
+        };
+        write!(
+            f,
+            "spec.parameters.{} ({} at creation, {} now)",
+            self.name,
+            shown(&self.applied),
+            shown(&self.desired)
+        )
+    }
+}
+
+/// The launch-only parameters whose value differs from what the machine was made with; empty
+/// when none does, or when that is not known (`status.applied` unset: an adopted machine, or
+/// a record lost in the middle of an update, which the next `update` records again).
+fn launch_only_changes(facts: &Facts) -> Vec<LaunchOnlyChange> {
+    let day2 = &facts.day2;
+    let Some(applied) = &day2.applied else {
+        return Vec::new();
+    };
+    day2.launch_only
+        .iter()
+        .filter_map(|name| {
+            let was = applied.parameters.get(name);
+            let now = day2.desired.parameters.get(name);
+            (was != now).then(|| LaunchOnlyChange {
+                name: name.clone(),
+                applied: was.cloned(),
+                desired: now.cloned(),
+            })
+        })
+        .collect()
+}
+
+/// [`Action::LaunchOnly`] for a recorded machine under `Full` whose spec changed a launch-only
+/// parameter; `None` otherwise. Decided before any call.
+pub(super) fn launch_only(facts: &Facts) -> Option<Step> {
+    if facts.day2.policy != ManagementPolicy::Full {
+        return None;
+    }
+    let changes = launch_only_changes(facts);
+    (!changes.is_empty()).then_some(Step::Act(Action::LaunchOnly(changes)))
+}
+
 /// Whether a change waits for the machine to be restarted (`RestartRequired=True`).
 pub fn restart_pending(facts: &Facts) -> bool {
     facts.day2.restart_required && stale(facts)
@@ -77,7 +154,20 @@ fn converge(facts: &Facts, machine: &VmStatus) -> Action {
     let day2 = &facts.day2;
     let observe = || Action::Observe(machine.clone());
     let settled = matches!(machine.phase, Phase::Running | Phase::Stopped);
-    if day2.policy == ManagementPolicy::ObserveOnly || !settled {
+    if day2.policy == ManagementPolicy::ObserveOnly {
+        return observe();
+    }
+    if let Some(owner) = machine
+        .owner
+        .as_ref()
+        .filter(|_| machine.owned_by_other(&day2.uid))
+    {
+        return Action::AdoptionConflict {
+            id: machine.id.clone(),
+            owner: Claimant::Uid(owner.clone()),
+        };
+    }
+    if !settled {
         return observe();
     }
     let running = machine.phase == Phase::Running;

@@ -4,6 +4,9 @@ use super::*;
 use crate::api::{AppliedSpec, ManagementPolicy, PowerState, UpdateStrategy};
 
 const HERE: &str = "aws:1:us-east-1";
+/// This VM's uid, and another VM's.
+const US: &str = "uid-us";
+const THEM: &str = "uid-them";
 
 fn size(memory_mib: u64) -> AppliedSpec {
     AppliedSpec {
@@ -24,6 +27,7 @@ fn facts() -> Facts {
         absence_wait: Duration::ZERO,
         never_created: false,
         day2: Day2 {
+            uid: US.into(),
             desired: size(512),
             applied: Some(size(512)),
             capabilities: Capabilities {
@@ -41,6 +45,7 @@ fn machine(phase: Phase) -> VmStatus {
         phase,
         addresses: Vec::new(),
         message: None,
+        owner: None,
     }
 }
 
@@ -277,9 +282,11 @@ fn adoption_checks_existence_and_ownership_first() {
         decide(&adopt, &seen),
         Step::Act(Action::AdoptionConflict {
             id: "i-9".into(),
-            owner: "ns/owner".into()
+            owner: Claimant::VirtualMachine("ns/owner".into())
         })
     );
     seen.claimed_by = None;
     assert_eq!(decide(&adopt, &seen), Step::Claimed("i-9".into()));
 }
+
+mod ownership;

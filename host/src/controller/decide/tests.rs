@@ -22,6 +22,7 @@ fn machine(id: &str, phase: Phase) -> VmStatus {
         phase,
         addresses: Vec::new(),
         message: None,
+        owner: None,
     }
 }
 

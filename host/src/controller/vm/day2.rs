@@ -11,6 +11,11 @@
 //!   `ReplacementRequired`, and an Event (`tests` in `decide`, the simulation).
 //! - A paused VM is reconciled without resolving its ProviderConfig: no plugin call at all
 //!   (`tests/tests/operator_day2_pause.rs`).
+//! - A deleted VM whose recorded machine carries another VM's ownership mark drops its
+//!   finalizer and leaves the machine (Event `OwnedElsewhere`): it never calls `delete` on it
+//!   (`decide::day2_tests`, `tests/tests/operator_day2_adopt.rs`).
+//! - A changed launch-only parameter is `Synced=False`, reason `InvalidSpec`, with an Event and
+//!   a log line naming it, and no call (`tests/tests/operator_day2_params.rs`).
 
 use std::time::Duration;
 
@@ -23,7 +28,7 @@ use crate::api::{
     VmPhase,
 };
 use crate::controller::context::Options;
-use crate::controller::decide::{Action, Capabilities, Day2, Facts, Observed};
+use crate::controller::decide::{Action, Capabilities, Claimant, Day2, Facts, Observed};
 use crate::controller::effects::{Effects, Severity};
 use crate::controller::error::Error;
 use crate::controller::vm_status;
@@ -51,6 +56,7 @@ pub(super) fn facts(vm: &VirtualMachine, plugin: Option<(&PluginInfo, &VmSpec)>)
     let spec = &vm.spec;
     let status = vm.status.as_ref();
     Day2 {
+        uid: vm.meta().uid.clone().unwrap_or_default(),
         paused: vm.annotations().get(PAUSED).is_some_and(|v| v == "true"),
         policy: spec.management_policy,
         power: spec.power_state,
@@ -68,6 +74,15 @@ pub(super) fn facts(vm: &VirtualMachine, plugin: Option<(&PluginInfo, &VmSpec)>)
             .is_some_and(|s| conditions::is_true(&s.conditions, conditions::RESTART_REQUIRED)),
         capabilities: plugin
             .map(|(info, _)| Capabilities::of(info))
+            .unwrap_or_default(),
+        launch_only: plugin
+            .map(|(info, _)| {
+                info.parameters
+                    .iter()
+                    .filter(|p| !p.mutable)
+                    .map(|p| p.name.clone())
+                    .collect()
+            })
             .unwrap_or_default(),
     }
 }
@@ -145,11 +160,44 @@ impl<E: Effects> Run<'_, E> {
                 Ok(Next::Decide)
             }
             Action::AdoptionConflict { id, owner } => {
+                let advice = match &owner {
+                    Claimant::VirtualMachine(name) => format!(
+                        "remove spec.externalId or delete {name} with deletionPolicy: Orphan first"
+                    ),
+                    Claimant::Uid(_) => "remove spec.externalId (or, if that VirtualMachine is \
+                                         gone for good, the machine's ownership mark)"
+                        .to_owned(),
+                };
                 let message = format!(
-                    "external machine {id} is already managed by VirtualMachine {owner}: it is not \
-                     taken over; remove spec.externalId or delete {owner} with deletionPolicy: Orphan first"
+                    "external machine {id} is already managed by {owner}: it is not taken over, \
+                     nor updated, powered or deleted by this VirtualMachine; {advice}"
                 );
                 self.blocked("AdoptionConflict", message).await
+            }
+            Action::Disown { id, owner } => {
+                // Another VM's machine (a conflicting adoption): never deleted from here.
+                let note = format!(
+                    "left external machine {id} in place: it carries the ownership mark of the \
+                     VirtualMachine with uid {owner}, not this one's"
+                );
+                tracing::info!(id = %id, owner = %owner, "{note}");
+                self.fx
+                    .event(Severity::Warning, "Delete", "OwnedElsewhere", note)
+                    .await;
+                self.fx.remove_finalizer().await?;
+                self.attempts.forget(self.uid);
+                Ok(Next::Return(Outcome::Done))
+            }
+            Action::LaunchOnly(changes) => {
+                let changed: Vec<String> = changes.iter().map(ToString::to_string).collect();
+                let message = format!(
+                    "the plugin applies {} at creation only: the change is not made to the \
+                     existing machine, whose value stays in status.applied; revert it, or create \
+                     a new VirtualMachine",
+                    changed.join(", ")
+                );
+                tracing::warn!(%message, "refused a change of a launch-only parameter");
+                self.blocked("InvalidSpec", message).await
             }
             Action::NotFound { id } => {
                 let message = match (&id, facts.day2.policy) {

@@ -63,6 +63,16 @@ impl Suite<'_> {
             .run("create", plugin.create(self.ctx(), &spec))
             .await;
         let (verdict, id) = match result {
+            // A machine made for a uid is that uid's: the host refuses to act on one marked as
+            // another VM's (`vm-status.owner`).
+            Ok(s) if s.owned_by_other(&self.uid) => {
+                self.created.insert(s.id.clone());
+                let verdict = Err(format!(
+                    "answered machine {} with owner {:?}, not the spec's uid {}",
+                    s.id, s.owner, self.uid
+                ));
+                (verdict, Some(s.id))
+            }
             Ok(s) => {
                 self.created.insert(s.id.clone());
                 (Ok(status_text(&s)), Some(s.id))
@@ -99,6 +109,10 @@ impl Suite<'_> {
         let uid = self.uid.clone();
         let (result, waited) = self.find_until(plugin, &uid, true).await;
         let verdict = match result {
+            Ok(Some(s)) if s.owned_by_other(&uid) => Err(format!(
+                "answered {} with owner {:?}, not the uid {uid} it was found by",
+                s.id, s.owner
+            )),
             Ok(Some(s)) if s.id == id => Ok(format!("{id} after {}ms", waited.as_millis())),
             Ok(Some(s)) => Err(format!("answered {}, create answered {id}", s.id)),
             Ok(None) => Err(format!(
