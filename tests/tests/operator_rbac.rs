@@ -131,7 +131,8 @@ async fn operator_works_with_the_shipped_rbac_only() -> anyhow::Result<()> {
     wait_for(cms, "least-connection", "created", |cm| cm.is_some()).await?;
     // Events too (a routine create writes none; a VM without its ProviderConfig does).
     env.create_vm(&env.vm("orphan", "no-such-provider")).await?;
-    env.wait_vm_event("orphan", "ProviderConfigNotFound").await?;
+    env.wait_vm_event("orphan", "ProviderConfigNotFound")
+        .await?;
     let lease = Api::<Lease>::namespaced(env.client.clone(), &env.namespace)
         .get("vmop-rbac")
         .await?;

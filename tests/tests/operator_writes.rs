@@ -67,7 +67,9 @@ async fn a_vm_lifecycle_costs_the_peers_writes_and_no_event() -> anyhow::Result<
         .map(|m| (m.manager.clone(), m.subresource.clone()))
         .collect();
     ensure!(
-        managers.iter().any(|(_, sub)| sub.as_deref() == Some("status"))
+        managers
+            .iter()
+            .any(|(_, sub)| sub.as_deref() == Some("status"))
             && managers.iter().any(|(_, sub)| sub.is_none()),
         "managed fields after the operator's writes: {managers:?}"
     );

@@ -15,10 +15,11 @@ use serde::Deserialize;
 
 use crate::api::{ProviderConfig, VirtualMachine};
 use crate::controller::limiter::Limiters;
-use crate::plugin::Connections;
 use crate::controller::plan::{PlanRow, plan};
 use crate::controller::provider::Resolver;
-use crate::plugin::{CallLimits, EngineConfig, PluginEngine, PluginRegistry, RegistryConfig};
+use crate::plugin::{
+    CallLimits, Connections, EngineConfig, PluginEngine, PluginRegistry, RegistryConfig,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Output {

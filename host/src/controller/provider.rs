@@ -22,8 +22,7 @@ use super::limiter::{Limiter, Limiters, Permit};
 use crate::api::{CredentialsMode, ProviderConfig};
 use crate::plugin::{
     CallContext, CallLimits, Connections, EgressParseError, EgressPolicy, LoadError, Plugin,
-    PluginRegistry,
-    ProviderSettings, Redactor, RequestSigner, SignerError, SigningMode,
+    PluginRegistry, ProviderSettings, Redactor, RequestSigner, SignerError, SigningMode,
 };
 
 /// Why a ProviderConfig cannot be used. Each variant has a condition reason.
