@@ -26,7 +26,10 @@
 //!   resolving its ProviderConfig, so without any plugin call (`operator_day2_pause.rs`);
 //!   `update`, `start` and `stop` are made at most once per reconcile and only when the plugin
 //!   declares them (`simulation.rs`, day-2 schedules); adoption never takes a machine another
-//!   VirtualMachine records (`operator_day2_adopt.rs`).
+//!   VirtualMachine records or whose cloud mark names another uid, and a VM never deletes such
+//!   a machine (`operator_day2_adopt.rs`, `decide::day2_tests::ownership`).
+//! - A routine create or delete writes no Event (a log line says it): the steady path costs
+//!   the writes of a controller-runtime operator (`operator_writes.rs`).
 //!
 //! Tests: `host/tests/simulation.rs` (the invariants over random schedules with crashes, lag,
 //! lost responses, throttling and moves), and the operator tests in `tests/tests/`.
