@@ -7,8 +7,8 @@ use anyhow::{Context as _, ensure};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::ResourceExt;
 use serde_json::json;
-use vmop::api::{ProviderConfig, VmPhase};
-use vmop_tests::operator::{Env, wait_for};
+use vmop::api::VmPhase;
+use vmop_tests::operator::Env;
 
 use day2::{condition, instance_field, operator_bin, patch_vm, subnet};
 
@@ -21,22 +21,7 @@ async fn per_vm_parameters_reach_moto_and_bad_ones_are_refused_before_any_call()
     let operator = env.operator().start(operator_bin())?;
 
     // The ProviderConfig publishes what its plugin accepts and can do.
-    let pc = wait_for(
-        env.provider_configs(),
-        &provider,
-        "publishing the plugin's parameters",
-        |pc: Option<&ProviderConfig>| {
-            pc.and_then(|pc| pc.status.as_ref())
-                .and_then(|s| s.plugin.as_ref())
-                .is_some_and(|p| p.parameters.iter().any(|p| p.name == "subnetId"))
-        },
-    )
-    .await?
-    .context("ProviderConfig vanished")?;
-    let plugin = pc
-        .status
-        .and_then(|s| s.plugin)
-        .context("no plugin status")?;
+    let plugin = day2::published_plugin(&env, &provider, "subnetId").await?;
     for capability in ["update", "power", "user-data"] {
         ensure!(
             plugin.capabilities.iter().any(|c| c == capability),

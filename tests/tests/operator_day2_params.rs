@@ -9,8 +9,8 @@ mod day2;
 use anyhow::{Context as _, ensure};
 use kube::ResourceExt;
 use serde_json::json;
-use vmop::api::{ProviderConfig, VirtualMachine};
-use vmop_tests::operator::{Env, wait_for};
+use vmop::api::VirtualMachine;
+use vmop_tests::operator::Env;
 
 use day2::{condition, instance_field, operator_bin, patch_vm, subnet};
 
@@ -34,23 +34,9 @@ async fn a_launch_only_parameter_change_is_refused_before_any_call_and_revert_cl
     let operator = env.operator().start(operator_bin())?;
 
     // Published: which parameters reach an existing machine.
-    let pc = wait_for(
-        env.provider_configs(),
-        &provider,
-        "publishing the plugin's parameters",
-        |pc: Option<&ProviderConfig>| {
-            pc.and_then(|pc| pc.status.as_ref())
-                .and_then(|s| s.plugin.as_ref())
-                .is_some_and(|p| !p.parameters.is_empty())
-        },
-    )
-    .await?
-    .context("ProviderConfig vanished")?;
-    let parameters = pc
-        .status
-        .and_then(|s| s.plugin)
-        .map(|p| p.parameters)
-        .unwrap_or_default();
+    let parameters = day2::published_plugin(&env, &provider, "subnetId")
+        .await?
+        .parameters;
     let mutable = |name: &str| {
         parameters
             .iter()

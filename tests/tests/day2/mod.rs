@@ -5,9 +5,9 @@
 
 use anyhow::Context as _;
 use kube::api::{Patch, PatchParams};
-use vmop::api::VirtualMachine;
+use vmop::api::{PluginStatus, ProviderConfig, VirtualMachine};
 use vmop_tests::moto::Moto;
-use vmop_tests::operator::{Env, IMAGE};
+use vmop_tests::operator::{Env, IMAGE, wait_for};
 
 pub fn operator_bin() -> &'static std::path::Path {
     std::path::Path::new(env!("CARGO_BIN_EXE_vmop-operator"))
@@ -75,4 +75,25 @@ pub fn condition(vm: &VirtualMachine, type_: &str) -> Option<(String, String, St
         .iter()
         .find(|c| c.type_ == type_)
         .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// What ProviderConfig `provider` publishes of its plugin, once it names parameter `name`.
+pub async fn published_plugin(
+    env: &Env,
+    provider: &str,
+    name: &str,
+) -> anyhow::Result<PluginStatus> {
+    let pc = wait_for(
+        env.provider_configs(),
+        provider,
+        "publishing the plugin's parameters",
+        |pc: Option<&ProviderConfig>| {
+            pc.and_then(|pc| pc.status.as_ref())
+                .and_then(|s| s.plugin.as_ref())
+                .is_some_and(|p| p.parameters.iter().any(|p| p.name == name))
+        },
+    )
+    .await?
+    .context("ProviderConfig vanished")?;
+    pc.status.and_then(|s| s.plugin).context("no plugin status")
 }
