@@ -351,7 +351,7 @@ impl Env {
             if tokio::time::Instant::now() >= deadline {
                 bail!("no {reason} Event for {name} within {DEADLINE:?}; its Events: {events:?}");
             }
-            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
 }
