@@ -35,7 +35,7 @@ async fn a_vm_lifecycle_costs_the_peers_writes_and_no_event() -> anyhow::Result<
     pc.spec.allowed_hosts = Vec::new();
     env.apply_provider_config(&pc).await?;
     let provider = pc.name_any();
-    let operator = env.operator().start(operator_bin())?;
+    let _operator = env.operator().start(operator_bin())?;
     // Let the ProviderConfig settle first: its status is per ProviderConfig, not per VM.
     wait_for(
         env.provider_configs(),
@@ -100,22 +100,5 @@ async fn a_vm_lifecycle_costs_the_peers_writes_and_no_event() -> anyhow::Result<
     );
     ensure!(status == 1.0, "status writes per VM: {status} (expected 1)");
     ensure!(events == 0.0, "Events per VM: {events} (expected none)");
-    // And the plugin calls: one `create`, then at deletion `get` (this provider answers none;
-    // asked again once the creation grace period is over). The VM's one machine was made and
-    // answered in this process, so nothing else can exist for its uid: no `find`
-    // (attempts.rs, `sole_machine`).
-    for i in 0..VMS {
-        let ops: Vec<String> = operator
-            .calls_for(&format!("vm-{i}"))
-            .into_iter()
-            .map(|c| c.op)
-            .filter(|op| op != "location")
-            .collect();
-        let count = |op: &str| ops.iter().filter(|o| *o == op).count();
-        ensure!(
-            count("create") == 1 && count("find") == 0 && count("get") >= 1,
-            "plugin calls of vm-{i}: {ops:?} (expected one create, gets, no find)"
-        );
-    }
     Ok(())
 }

@@ -20,8 +20,7 @@
 //!   is the one recorded (or the move was accepted). Otherwise the answer is to wait, or
 //!   [`Action::LocationChanged`].
 //! - Deletion never calls `create`: a machine that may exist without an id is looked up with
-//!   `find` and deleted by the id it answers. `find` is skipped only for the machine
-//!   [`Facts::sole_machine`] names (the location and grace conditions still hold).
+//!   `find` and deleted by the id it answers.
 //! - Day 2 (`converge.rs`): a paused VM asks nothing and does nothing; an `ObserveOnly` VM is
 //!   never created, updated, powered or deleted (its deletion leaves the machine); an export
 //!   whose capability the plugin lacks is never asked for (a condition says so instead); an
@@ -106,9 +105,6 @@ pub struct Facts {
     pub absence_wait: Duration,
     /// No create attempt for this VM can have made a machine (see `attempts.rs`).
     pub never_created: bool,
-    /// The only machine any create attempt for this VM can have made, when this process
-    /// knows it (see `attempts.rs`): once `get` no longer sees it, no `find` is needed.
-    pub sole_machine: Option<String>,
     pub day2: Day2,
 }
 
@@ -244,16 +240,6 @@ fn decide_deletion(facts: &Facts, seen: &Observed) -> Step {
         Some(id) => match &seen.get {
             None => Step::Get(id.clone()),
             Some(Some(machine)) => remove(machine),
-            Some(None) if facts.sole_machine.as_ref() == Some(id) => {
-                // The only machine there can be is not seen: `find` could only answer none.
-                let seen = Observed {
-                    find: Some(None),
-                    ..seen.clone()
-                };
-                absent(facts, facts.recorded_location.as_ref(), &seen, |_| {
-                    Step::Act(Action::Release)
-                })
-            }
             Some(None) => absent(
                 facts,
                 facts.recorded_location.as_ref(),

@@ -342,7 +342,6 @@ impl<E: Effects> Run<'_, E> {
         let (result, reached) = self.fx.create().await;
         self.attempts.create_ended(self.uid, &location, reached);
         let machine = result?;
-        self.attempts.created(self.uid, &machine.id);
         vm_status::observed(self.status, self.vm, &machine);
         self.status.location = Some(location.clone());
         self.status.applied = Some(facts.day2.desired.clone());

@@ -12,7 +12,6 @@ fn facts() -> Facts {
         accept_location: None,
         absence_wait: Duration::ZERO,
         never_created: false,
-        sole_machine: None,
         day2: Day2::default(),
     }
 }
@@ -252,38 +251,6 @@ fn deletion_deletes_what_it_sees_and_releases_only_confirmed_absence() {
         run(&deleting, None, None, "elsewhere").0,
         Action::LocationChanged { .. }
     ));
-}
-
-#[test]
-fn the_sole_machine_gone_is_released_without_find_under_the_same_conditions() {
-    let sole = Facts {
-        deleting: true,
-        sole_machine: Some("i-1".into()),
-        ..facts()
-    };
-    let (action, asked) = run(&sole, None, Some(machine("i-2", Phase::Running)), HERE);
-    assert_eq!(action, Action::Release);
-    assert_eq!(asked, ["get", "location"]);
-    let young = Facts {
-        absence_wait: Duration::from_secs(3),
-        ..sole.clone()
-    };
-    assert!(matches!(
-        run(&young, None, None, HERE).0,
-        Action::AwaitAbsence { .. }
-    ));
-    assert!(matches!(
-        run(&sole, None, None, "elsewhere").0,
-        Action::LocationChanged { .. }
-    ));
-    // Knowledge of another machine than the recorded one proves nothing about the recorded.
-    let other = Facts {
-        sole_machine: Some("i-7".into()),
-        ..sole
-    };
-    let (action, asked) = run(&other, None, None, HERE);
-    assert_eq!(action, Action::Release);
-    assert_eq!(asked, ["get", "location", "find"]);
 }
 
 #[test]
