@@ -1,8 +1,9 @@
 //! Active-active sharding (`--shards`) on the real control plane: three replicas share 300
 //! VMs on the loopback testcloud. Every VM is reconciled by exactly one replica; when one is
 //! killed, the others take its VMs over within the lease duration; and no VM ever has plugin
-//! calls from two replicas interleaved (the overlap detector: per VM, the replica making its
-//! calls changes at most once, from the killed replica to a survivor).
+//! calls from two replicas interleaved (the overlap detector: per VM, a replica that handed
+//! its calls over never calls again; after the kill a survivor may also hand a shard to the
+//! other survivor when the assignment over the remaining members moves it).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -250,12 +251,12 @@ async fn three_replicas_share_the_vms_and_take_over_a_killed_ones() -> anyhow::R
     ensure!(cloud.live().is_empty(), "machines left: {:?}", cloud.live());
 
     for (name, calls) in calls_by_vm(&operators) {
+        // One replica, or a handover: once a VM's calls come from another replica, the one
+        // before never calls again (never two at once). A survivor may hand a shard to another
+        // survivor too, when the assignment over the remaining members moves it.
         let order = handovers(&calls);
-        let ok = match order.as_slice() {
-            [_] => true,
-            [0, survivor] => *survivor != 0,
-            _ => false,
-        };
+        let mut seen = BTreeSet::new();
+        let ok = order.iter().all(|replica| seen.insert(*replica));
         ensure!(
             ok,
             "{name}: calls from replicas in the order {order:?}, interleaved: {calls:?}"
