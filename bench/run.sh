@@ -137,22 +137,20 @@ results=$work/results.jsonl
 } >"$work/meta.txt"
 : >"$work/loads.tsv"
 
+# `vmop run` as every vmop impl runs it ('{ns}': the driver's namespace).
+# shellcheck disable=SC2206 # VMOP_ARGS is split on purpose
+vmop_run=(run --plugin-dir "$work/plugins" --cache-dir "$work/vmop-cache" --namespace '{ns}'
+          --operator-namespace '{ns}' --metrics-addr 127.0.0.1:0 --max-concurrent-reconciles 16
+          $vmop_args)
+
 run() { # IMPL N REP
   local impl=$1 n=$2 rep=$3 ns="$1-$2-$3" cmd=()
   case $impl in
     floor) cmd=() ;;
-    # shellcheck disable=SC2206 # VMOP_ARGS is split on purpose
-    vmop) cmd=(-- "$vmop" run --plugin-dir "$work/plugins" --cache-dir "$work/vmop-cache"
-               --namespace '{ns}' --operator-namespace '{ns}' --metrics-addr 127.0.0.1:0
-               --max-concurrent-reconciles 16 $vmop_args) ;;
+    vmop) cmd=(-- "$vmop" "${vmop_run[@]}") ;;
     # The same flags for a second vmop binary, for before/after in one run.
-    base) cmd=(-- "${VMOP_BASE:?impl base measures the binary VMOP_BASE names}" run
-               --plugin-dir "$work/plugins" --cache-dir "$work/vmop-cache" --namespace '{ns}'
-               --operator-namespace '{ns}' --metrics-addr 127.0.0.1:0 --max-concurrent-reconciles 16
-               $vmop_args) ;;
-    vmop-x*) cmd=(-- "$here/replicas.sh" "${impl#vmop-x}" "$vmop" run --plugin-dir "$work/plugins"
-               --cache-dir "$work/vmop-cache" --namespace '{ns}' --operator-namespace '{ns}'
-               --metrics-addr 127.0.0.1:0 --max-concurrent-reconciles 16 $vmop_args) ;;
+    base) cmd=(-- "${VMOP_BASE:?impl base measures the binary VMOP_BASE names}" "${vmop_run[@]}") ;;
+    vmop-x*) cmd=(-- "$here/replicas.sh" "${impl#vmop-x}" "$vmop" "${vmop_run[@]}") ;;
     peer) cmd=(-- "$bin/peer" --namespace '{ns}' --metrics-bind-address 127.0.0.1:0
                --max-concurrent-reconciles 16) ;;
     *) echo "run.sh: unknown implementation $impl (floor, base, vmop, peer, vmop-xK)" >&2; return 1 ;;

@@ -19,13 +19,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
+use hyper::client::conn::http1::SendRequest;
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody};
-
-use hyper::client::conn::http1::SendRequest;
 
 use super::address::HostKind;
 use super::allowlist::{Scheme, Target};
@@ -90,10 +89,9 @@ pub(crate) async fn send(
         .map_err(|_| HttpError::HttpRequestUriInvalid)?;
 
     let deadline = tokio::time::Instant::now() + first_byte_timeout;
-    let mut request = Some(request);
-    let mut sent = None;
+    let mut message = request;
     let mut opened = false;
-    while let Some(message) = request.take() {
+    let (response, key, sender) = loop {
         let pooled = if opened {
             None
         } else {
@@ -101,14 +99,10 @@ pub(crate) async fn send(
         };
         let (key, mut sender) = match pooled {
             Some((key, mut sender)) => {
-                if !matches!(
-                    tokio::time::timeout(READY_WAIT, sender.ready()).await,
-                    Ok(Ok(()))
-                ) {
-                    request = Some(message);
-                    continue;
+                match tokio::time::timeout(READY_WAIT, sender.ready()).await {
+                    Ok(Ok(())) => (key, sender),
+                    _ => continue,
                 }
-                (key, sender)
             }
             // A new connection that cannot take the request either: the server hung up.
             None if opened => return Err(HttpError::ConnectionTerminated),
@@ -119,15 +113,14 @@ pub(crate) async fn send(
         };
         match tokio::time::timeout_at(deadline, sender.try_send_request(message)).await {
             Err(_) => return Err(HttpError::ConnectionReadTimeout),
-            Ok(Ok(response)) => sent = Some((response, key, sender)),
+            Ok(Ok(response)) => break (response, key, sender),
             Ok(Err(mut refused)) => match refused.take_message() {
                 // Never written: the connection had closed; another one takes it.
-                Some(message) => request = Some(message),
+                Some(back) => message = back,
                 None => return Err(HttpError::from(refused.into_error())),
             },
         }
-    }
-    let (response, key, sender) = sent.ok_or(HttpError::ConnectionTerminated)?;
+    };
     let checkin = Checkin {
         pool: reuse.pool.clone(),
         key,
