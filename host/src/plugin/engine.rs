@@ -262,12 +262,21 @@ struct Activity {
     changed: Condvar,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone, Copy)]
 struct ActivityState {
     running: usize,
     stop: bool,
     /// How many times the thread went to sleep for want of a call (for the tests).
     idle_sleeps: u64,
+}
+
+impl ActivityState {
+    /// Whether going from `self` to `after` needs the ticker awake: the first call starting
+    /// (it sleeps while none runs) or the stop. A call ending never does: the ticker sees that
+    /// none runs at its next tick and goes to sleep then, one tick late at most.
+    fn wakes_ticker(&self, after: &ActivityState) -> bool {
+        (self.running == 0 && after.running > 0) || (!self.stop && after.stop)
+    }
 }
 
 impl Activity {
@@ -276,11 +285,18 @@ impl Activity {
         Ticking(self.clone())
     }
 
+    /// Applies `f`, and wakes the ticker only when it has something to do about it
+    /// ([`ActivityState::wakes_ticker`]): with calls running back to back, waking it on every
+    /// call's start and end cost two futex wake-ups and context switches per call.
     fn update(&self, f: impl FnOnce(&mut ActivityState)) {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let before = *state;
         f(&mut state);
+        let wake = before.wakes_ticker(&state);
         drop(state);
-        self.changed.notify_all();
+        if wake {
+            self.changed.notify_all();
+        }
     }
 
     /// Waits until a call runs (`true`) or the ticker is to stop (`false`); then, while calls
@@ -409,6 +425,24 @@ mod tests {
             "kept ticking after the call"
         );
         drop(ticker);
+    }
+
+    /// Only the first call starting and the stop wake the ticker.
+    #[test]
+    fn only_the_first_call_and_the_stop_wake_the_ticker() {
+        let at = |running, stop| ActivityState {
+            running,
+            stop,
+            idle_sleeps: 0,
+        };
+        assert!(at(0, false).wakes_ticker(&at(1, false)), "first call");
+        assert!(!at(1, false).wakes_ticker(&at(2, false)), "second call");
+        assert!(!at(2, false).wakes_ticker(&at(1, false)), "a call ends");
+        assert!(
+            !at(1, false).wakes_ticker(&at(0, false)),
+            "the last call ends"
+        );
+        assert!(at(3, false).wakes_ticker(&at(3, true)), "stop");
     }
 
     #[test]

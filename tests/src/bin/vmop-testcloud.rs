@@ -50,7 +50,9 @@ impl Args {
     }
 }
 
-#[tokio::main]
+// One thread: the cloud only parses and answers small requests, and on a small machine a
+// work-stealing runtime would spend more on waking its threads than on the requests.
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let listener = tokio::net::TcpListener::bind(args.listen)
