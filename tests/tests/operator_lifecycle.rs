@@ -216,6 +216,42 @@ async fn orphan_policy_leaves_the_instance_running() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The operator's own writes keep what its cache drops: the cache holds no kubectl
+/// last-applied copy (`relist::slim`), so a write built from the cached object (a PUT of the
+/// whole object) would delete the user's copy and break their next `kubectl apply`. The
+/// finalizer write is a merge patch for this reason.
+#[tokio::test]
+async fn the_operators_writes_keep_kubectls_last_applied_copy() -> anyhow::Result<()> {
+    const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+    let env = Env::new("lastapplied").await?;
+    let provider = env.standard_provider("aws").await?;
+    let _operator = env.operator().start(operator_bin())?;
+
+    let mut vm = env.vm("applied", &provider);
+    let copy = serde_json::to_string(&vm)?;
+    vm.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(LAST_APPLIED.to_owned(), copy.clone());
+    env.create_vm(&vm).await?;
+    let ready = env.wait_ready("applied").await?;
+    ensure!(
+        ready.finalizers().iter().any(|f| f == "vmop.dev/cleanup"),
+        "no finalizer: {:?}",
+        ready.finalizers()
+    );
+    ensure!(
+        ready.annotations().get(LAST_APPLIED) == Some(&copy),
+        "the last-applied copy did not survive the operator's writes: {:?}",
+        ready.annotations()
+    );
+    env.vms()
+        .delete("applied", &DeleteParams::default())
+        .await?;
+    env.wait_gone("applied").await?;
+    Ok(())
+}
+
 /// `kubectl explain <field>`, waiting (with the harness deadline) until the API server
 /// publishes the OpenAPI of a freshly installed CRD, which happens shortly after it is
 /// Established.

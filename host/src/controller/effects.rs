@@ -6,7 +6,6 @@
 
 use std::future::Future;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -192,15 +191,10 @@ impl Effects for Live<'_> {
     }
 
     async fn add_finalizer(&mut self, location: &str) -> Result<(), Error> {
-        self.replace(
-            |meta| {
-                meta.finalizers
-                    .get_or_insert_with(Vec::new)
-                    .push(VM_FINALIZER.to_owned());
-                meta.annotations
-                    .get_or_insert_with(Default::default)
-                    .insert(CREATE_LOCATION.to_owned(), location.to_owned());
-            },
+        let mut finalizers = self.vm.finalizers().to_vec();
+        finalizers.push(VM_FINALIZER.to_owned());
+        self.patch(
+            json!({ "finalizers": finalizers, "annotations": { CREATE_LOCATION: location } }),
             "add the finalizer",
         )
         .await
@@ -215,15 +209,14 @@ impl Effects for Live<'_> {
     }
 
     async fn remove_finalizer(&mut self) -> Result<(), Error> {
-        self.replace(
-            |meta| {
-                if let Some(finalizers) = &mut meta.finalizers {
-                    finalizers.retain(|f| f != VM_FINALIZER);
-                }
-            },
-            "remove the finalizer",
-        )
-        .await
+        let finalizers: Vec<&String> = self
+            .vm
+            .finalizers()
+            .iter()
+            .filter(|f| *f != VM_FINALIZER)
+            .collect();
+        self.patch(json!({ "finalizers": finalizers }), "remove the finalizer")
+            .await
     }
 
     async fn event(&mut self, severity: Severity, action: &str, reason: &str, note: String) {
@@ -235,29 +228,6 @@ impl Effects for Live<'_> {
 }
 
 impl Live<'_> {
-    /// A PUT of the object as last read or written with `change` made to its metadata: its
-    /// resourceVersion makes the API server refuse it if the object changed since. The routine
-    /// finalizer writes take this form, as a controller-runtime operator's do, because the API
-    /// server does less for it than for a patch (no patch to apply to the stored object);
-    /// `bench/run.sh` measures both operators' API server CPU. Managed fields are left out as in
-    /// [`Effects::write_status`].
-    async fn replace(
-        &mut self,
-        change: impl FnOnce(&mut ObjectMeta),
-        action: &'static str,
-    ) -> Result<(), Error> {
-        let mut object = self.vm.clone();
-        change(&mut object.metadata);
-        object.metadata.managed_fields = None;
-        let updated = self
-            .api
-            .replace(&self.vm.name_any(), &PostParams::default(), &object)
-            .await
-            .map_err(Error::kube(action))?;
-        self.vm = updated;
-        Ok(())
-    }
-
     /// A merge patch of `metadata` carrying the resourceVersion read: the API server refuses it
     /// if the object changed since, so lists are replaced knowing what they held.
     async fn patch(

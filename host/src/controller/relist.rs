@@ -96,8 +96,10 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// Drops what no reconciler reads and the caches would otherwise hold for every object:
 /// `managedFields` (often larger than the spec) and kubectl's last-applied copy. Writes are
-/// unaffected: status goes through `/status`, which ignores metadata, and an empty
-/// `managedFields` in an update leaves the server's untouched.
+/// unaffected: status goes through `/status`, which ignores metadata, an empty
+/// `managedFields` in an update leaves the server's untouched, and metadata is only ever merge
+/// patched, never PUT from a cached object, which would delete the user's copy (test:
+/// `operator_lifecycle.rs` `the_operators_writes_keep_kubectls_last_applied_copy`).
 fn slim<K: kube::Resource>(object: &mut K) {
     let meta = object.meta_mut();
     meta.managed_fields = None;
