@@ -30,7 +30,9 @@
 //!
 //! A dedicated OS thread increments the epoch every [`EngineConfig::epoch_tick`] while a call
 //! holds an instance slot, and sleeps (no wake-ups at all) while none does: an idle operator
-//! costs no CPU here (test: `the_ticker_sleeps_while_no_call_runs`). A thread rather than a
+//! costs no CPU here (test: `the_ticker_sleeps_while_no_call_runs`). It notices the last call
+//! ending at its next tick; only the first call starting wakes it (test:
+//! `only_the_first_call_and_the_stop_wake_the_ticker`). A thread rather than a
 //! tokio task because a guest spinning on a runtime worker must not be able to starve the very
 //! timer that stops it. Missed ticks are skipped, never replayed in a burst. The thread stops
 //! when the [`PluginEngine`] is dropped.
