@@ -50,8 +50,8 @@ impl Args {
     }
 }
 
-// One thread: the cloud only parses and answers small requests, and on a small machine a
-// work-stealing runtime would spend more on waking its threads than on the requests.
+// One thread is enough: the cloud only parses and answers small requests, and it shares the
+// benchmark machine's cores with the control plane and the operator under test.
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
