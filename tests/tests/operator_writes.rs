@@ -1,6 +1,7 @@
 //! The operator's API writes per VM lifecycle, counted, not timed: the writes a plain
-//! controller-runtime operator makes (finalizer added, status written once, finalizer removed)
-//! and no more: a routine create or delete writes no Event. Counted from the API server's own `apiserver_request_total`
+//! controller-runtime operator makes (finalizer added, status written once, finalizer removed;
+//! the finalizer writes are PUTs, as the peer's) and no more: a routine create or delete
+//! writes no Event. Counted from the API server's own `apiserver_request_total`
 //! (this test binary has its control plane to itself), minus the test's own create and delete.
 
 use std::collections::BTreeMap;
@@ -10,7 +11,7 @@ use anyhow::ensure;
 use kube::ResourceExt;
 use kube::api::DeleteParams;
 use vmop::api::ProviderConfig;
-use vmop_tests::operator::writes::api_writes;
+use vmop_tests::operator::writes::{api_writes, to};
 use vmop_tests::operator::{Env, wait_for};
 
 fn operator_bin() -> &'static Path {
@@ -82,21 +83,28 @@ async fn a_vm_lifecycle_costs_the_peers_writes_and_no_event() -> anyhow::Result<
         env.wait_gone(&format!("vm-{i}")).await?;
     }
     let after = api_writes(&env.client).await?;
-    let per_vm = |key: &str| {
-        let n = after.get(key).copied().unwrap_or(0.0) - before.get(key).copied().unwrap_or(0.0);
-        n / VMS as f64
-    };
+    let delta: BTreeMap<String, f64> = after
+        .iter()
+        .map(|(key, n)| (key.clone(), n - before.get(key).copied().unwrap_or(0.0)))
+        .collect();
+    let per_vm = |n: f64| n / VMS as f64;
     // The test itself creates and deletes each VM: one POST and one DELETE of virtualmachines.
-    let objects = per_vm("virtualmachines") - 2.0;
-    let status = per_vm("virtualmachines/status");
-    let events = per_vm("events");
+    let objects = per_vm(to(&delta, "virtualmachines")) - 2.0;
+    let status = per_vm(to(&delta, "virtualmachines/status"));
+    let events = per_vm(to(&delta, "events"));
+    let puts = per_vm(delta.get("PUT virtualmachines").copied().unwrap_or(0.0));
     println!(
-        "operator writes per VM lifecycle: virtualmachines {objects}, status {status}, events {events} \
-         (peer: 2, 1, 0)"
+        "operator writes per VM lifecycle: virtualmachines {objects} ({puts} of them PUTs), \
+         status {status}, events {events} (peer: 2 PUTs, 1, 0)"
     );
     ensure!(
         objects == 2.0,
         "finalizer writes per VM: {objects} (expected 2: add, remove)"
+    );
+    // A PUT costs the API server less than a merge patch (`effects.rs` `Live::replace`).
+    ensure!(
+        puts == 2.0,
+        "finalizer PUTs per VM: {puts} (expected 2, no patch: {delta:?})"
     );
     ensure!(status == 1.0, "status writes per VM: {status} (expected 1)");
     ensure!(events == 0.0, "Events per VM: {events} (expected none)");

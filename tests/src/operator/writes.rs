@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use kube::Client;
 
 /// Write requests (POST, PUT, PATCH, APPLY, DELETE; failed ones too) so far, by
-/// `resource[/subresource]`, leases excluded (leader election is not per VM).
+/// `VERB resource[/subresource]`, leases excluded (leader election is not per VM).
 pub async fn api_writes(client: &Client) -> anyhow::Result<BTreeMap<String, f64>> {
     let request = http::Request::get("/metrics").body(Vec::new())?;
     let text = client.request_text(request).await?;
@@ -29,10 +29,19 @@ pub async fn api_writes(client: &Client) -> anyhow::Result<BTreeMap<String, f64>
             continue;
         }
         let key = match label("subresource").unwrap_or_default() {
-            "" => resource.to_owned(),
-            sub => format!("{resource}/{sub}"),
+            "" => format!("{verb} {resource}"),
+            sub => format!("{verb} {resource}/{sub}"),
         };
         *out.entry(key).or_insert(0.0) += value.parse::<f64>().unwrap_or(0.0);
     }
     Ok(out)
+}
+
+/// The sum of `writes` to `resource[/subresource]`, whatever the verb.
+pub fn to(writes: &BTreeMap<String, f64>, resource: &str) -> f64 {
+    writes
+        .iter()
+        .filter(|(key, _)| key.split_once(' ').is_some_and(|(_, r)| r == resource))
+        .map(|(_, n)| n)
+        .sum()
 }
