@@ -36,7 +36,7 @@ async fn a_vm_lifecycle_costs_the_peers_writes_and_no_event() -> anyhow::Result<
     pc.spec.allowed_hosts = Vec::new();
     env.apply_provider_config(&pc).await?;
     let provider = pc.name_any();
-    let _operator = env.operator().start(operator_bin())?;
+    let operator = env.operator().start(operator_bin())?;
     // Let the ProviderConfig settle first: its status is per ProviderConfig, not per VM.
     wait_for(
         env.provider_configs(),
@@ -108,5 +108,22 @@ async fn a_vm_lifecycle_costs_the_peers_writes_and_no_event() -> anyhow::Result<
     );
     ensure!(status == 1.0, "status writes per VM: {status} (expected 1)");
     ensure!(events == 0.0, "Events per VM: {events} (expected none)");
+    // And the plugin calls: one `create`; at deletion the machine this process made is
+    // deleted without a `get` first (`decide.rs`, `Facts::sole_machine`), then `get` and
+    // `find` confirm it is gone (asked again if the creation grace period is not over).
+    for i in 0..VMS {
+        let ops: Vec<String> = operator
+            .calls_for(&format!("vm-{i}"))
+            .into_iter()
+            .map(|c| c.op)
+            .filter(|op| op != "location")
+            .collect();
+        ensure!(
+            ops.get(..2) == Some(&["create".to_owned(), "delete".to_owned()][..])
+                && ops.iter().filter(|op| *op == "delete").count() == 1
+                && ops.ends_with(&["get".to_owned(), "find".to_owned()]),
+            "plugin calls of vm-{i}: {ops:?} (expected create, delete, then get and find)"
+        );
+    }
     Ok(())
 }

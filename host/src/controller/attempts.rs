@@ -19,6 +19,13 @@
 //!   every create attempt for it was made here: none can precede the finalizer) and no attempt
 //!   could have reached the cloud. Deleting such a VM needs no cloud call, which is what lets
 //!   a VM whose creates all failed against a dead endpoint be deleted (issue 8, path 10).
+//! - [`Attempts::sole_machine`] names a machine only when this process added the VM's
+//!   finalizer, every create attempt that could have reached the cloud answered, all with
+//!   that one machine, and no `delete` of it was asked yet: the machine is this VM's own (its
+//!   create marked it so), so deletion asks `delete` without a `get` first. It says nothing
+//!   about absence: `get` and `find` still confirm it (lag can hide the very machine made)
+//!   (`attempts::tests::sole_machine_needs_our_finalizer_and_every_attempt_answered`, and the
+//!   simulation, which loses answers and crashes between steps).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
@@ -36,6 +43,17 @@ struct Known {
     last_end: Option<Instant>,
     /// Where that attempt went.
     last_location: Option<String>,
+    /// Attempts that may have reached the cloud, and how many of those answered.
+    reaching: u32,
+    reaching_answered: u32,
+    /// Whether the attempt that ended last may have reached the cloud.
+    last_reached: bool,
+    /// The machine the attempts answered with.
+    answered: Option<String>,
+    /// Two attempts answered different machines.
+    several: bool,
+    /// A `delete` of the machine was asked.
+    delete_asked: bool,
 }
 
 /// Create attempts of this process (one epoch), by VM uid.
@@ -79,12 +97,45 @@ impl Attempts {
     pub fn create_ended(&self, uid: &str, location: &str, reached: bool) {
         let now = Instant::now();
         self.with(uid, |k| {
+            k.last_reached = reached;
             if reached {
                 k.reached = true;
+                k.reaching = k.reaching.saturating_add(1);
                 k.last_end = Some(now);
                 k.last_location = Some(location.to_owned());
             }
         });
+    }
+
+    /// The create attempt for `uid` that [`Attempts::create_ended`] just recorded answered with
+    /// machine `id`.
+    pub fn created(&self, uid: &str, id: &str) {
+        self.with(uid, |k| {
+            if std::mem::take(&mut k.last_reached) {
+                k.reaching_answered = k.reaching_answered.saturating_add(1);
+            }
+            match &k.answered {
+                Some(known) if known != id => k.several = true,
+                Some(_) => {}
+                None => k.answered = Some(id.to_owned()),
+            }
+        });
+    }
+
+    /// The only machine that can exist for `uid`, when this process knows it and has not
+    /// asked to delete it yet: see the module docs.
+    pub fn sole_machine(&self, uid: &str) -> Option<String> {
+        self.with(uid, |k| {
+            let every_answered = k.reaching_answered == k.reaching && !k.several;
+            (k.finalizer_added && every_answered && !k.delete_asked)
+                .then(|| k.answered.clone())
+                .flatten()
+        })
+    }
+
+    /// A `delete` for `uid`'s machine is being asked: from now on it is observed first.
+    pub fn delete_asked(&self, uid: &str) {
+        self.with(uid, |k| k.delete_asked = true);
     }
 
     /// Where the last create attempt for `uid` that may have made a machine went. This
@@ -164,5 +215,58 @@ mod tests {
         assert!(!a.never_created("u"));
         a.forget("u");
         assert!(!a.never_created("u"));
+    }
+
+    #[test]
+    fn sole_machine_needs_our_finalizer_and_every_attempt_answered() {
+        let a = Attempts::new();
+        a.create_ended("u", "here", true);
+        a.created("u", "i-1");
+        assert_eq!(
+            a.sole_machine("u"),
+            None,
+            "an earlier process may have made another"
+        );
+
+        a.finalizer_added("v");
+        assert_eq!(a.sole_machine("v"), None, "no attempt yet");
+        a.create_ended("v", "here", false);
+        assert_eq!(a.sole_machine("v"), None, "nothing reached the cloud");
+        a.create_ended("v", "here", true);
+        assert_eq!(a.sole_machine("v"), None, "no answer yet");
+        a.created("v", "i-1");
+        assert_eq!(a.sole_machine("v").as_deref(), Some("i-1"));
+        a.create_ended("v", "here", true);
+        a.created("v", "i-1");
+        assert_eq!(
+            a.sole_machine("v").as_deref(),
+            Some("i-1"),
+            "an idempotent repeat"
+        );
+        a.create_ended("v", "here", true);
+        assert_eq!(
+            a.sole_machine("v"),
+            None,
+            "an answer was lost: it may have made another"
+        );
+
+        a.finalizer_added("w");
+        a.create_ended("w", "here", true);
+        a.created("w", "i-1");
+        a.create_ended("w", "here", true);
+        a.created("w", "i-2");
+        assert_eq!(a.sole_machine("w"), None, "two machines were answered");
+
+        // A plugin that needs no network answers without reaching anything: still its machine.
+        a.finalizer_added("x");
+        a.create_ended("x", "here", false);
+        a.created("x", "vm-x");
+        assert_eq!(a.sole_machine("x").as_deref(), Some("vm-x"));
+        a.delete_asked("x");
+        assert_eq!(
+            a.sole_machine("x"),
+            None,
+            "deleted once: observed from now on"
+        );
     }
 }

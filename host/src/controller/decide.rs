@@ -20,7 +20,10 @@
 //!   is the one recorded (or the move was accepted). Otherwise the answer is to wait, or
 //!   [`Action::LocationChanged`].
 //! - Deletion never calls `create`: a machine that may exist without an id is looked up with
-//!   `find` and deleted by the id it answers.
+//!   `find` and deleted by the id it answers. A recorded machine is observed before it is
+//!   deleted, except the one [`Facts::sole_machine`] names (made for this VM by this process,
+//!   so marked as its own): `delete` is idempotent, so it is asked at once. Either way the
+//!   finalizer goes only once `get` and `find` confirm the absence as above.
 //! - Day 2 (`converge.rs`): a paused VM asks nothing and does nothing; an `ObserveOnly` VM is
 //!   never created, updated, powered or deleted (its deletion leaves the machine); an export
 //!   whose capability the plugin lacks is never asked for (a condition says so instead); an
@@ -105,6 +108,10 @@ pub struct Facts {
     pub absence_wait: Duration,
     /// No create attempt for this VM can have made a machine (see `attempts.rs`).
     pub never_created: bool,
+    /// The only machine any create attempt for this VM can have made, when this process
+    /// knows it and has not asked to delete it yet (see `attempts.rs`): its own, so deleted
+    /// without a `get` first.
+    pub sole_machine: Option<String>,
     pub day2: Day2,
 }
 
@@ -120,6 +127,8 @@ pub struct Observed {
     /// Which other VirtualMachine (`namespace/name`) records the machine `spec.externalId`
     /// names, if any.
     pub claimed_by: Option<Option<String>>,
+    /// The machine `delete` was asked for in this decision (answers before it are dropped).
+    pub deleted: Option<String>,
 }
 
 /// The next thing to do: ask, or act.
@@ -232,12 +241,18 @@ fn decide_deletion(facts: &Facts, seen: &Observed) -> Step {
                 id: machine.id.clone(),
                 owner: owner.clone(),
             },
-            _ if machine.phase == Phase::Deleting => Action::AwaitDeletion(machine.clone()),
-            _ => Action::Delete(machine.clone()),
+            // Asked once in this decision and still there: watch it go.
+            _ if machine.phase == Phase::Deleting || seen.deleted.as_ref() == Some(&machine.id) => {
+                Action::AwaitDeletion(machine.clone())
+            }
+            _ => Action::Delete(machine.id.clone()),
         })
     };
     match &facts.id {
         Some(id) => match &seen.get {
+            None if seen.deleted.is_none() && facts.sole_machine.as_ref() == Some(id) => {
+                Step::Act(Action::Delete(id.clone()))
+            }
             None => Step::Get(id.clone()),
             Some(Some(machine)) => remove(machine),
             Some(None) => absent(

@@ -169,7 +169,7 @@ fn describe(action: &Action) -> (&'static str, String) {
                 "machine {lost} is gone (get and find agree); would create a new one at {location}"
             ),
         ),
-        Action::Delete(m) => ("delete", format!("deleting: would delete machine {}", m.id)),
+        Action::Delete(id) => ("delete", format!("deleting: would delete machine {id}")),
         Action::AwaitDeletion(m) => ("wait", format!("machine {} is being deleted", m.id)),
         Action::Release => (
             "release",

@@ -195,7 +195,6 @@ impl<E: Effects> Run<'_, E> {
             facts.never_created = self.attempts.never_created(self.uid);
             seen.location = Some(location);
         }
-        let mut deleted: Option<String> = None;
         let mut done = day2::Done::default();
         self.status.last_handled_reconcile_at =
             vm.annotations().get(RECONCILE_REQUESTED_AT).cloned();
@@ -259,17 +258,14 @@ impl<E: Effects> Run<'_, E> {
                     facts.id = None;
                     facts.recorded_location = None;
                 }
-                Action::Delete(machine) => {
-                    if deleted.as_deref() == Some(machine.id.as_str()) {
-                        // Asked once in this reconcile and still there: watch it go.
-                        return self.awaiting_deletion(&machine).await;
-                    }
-                    self.fx.delete(&machine.id).await?;
-                    self.status.id = Some(machine.id.clone());
-                    facts.id = Some(machine.id.clone());
-                    deleted = Some(machine.id);
+                Action::Delete(id) => {
+                    self.attempts.delete_asked(self.uid);
+                    self.fx.delete(&id).await?;
+                    self.status.id = Some(id.clone());
+                    facts.id = Some(id.clone());
                     seen = Observed {
                         location: seen.location,
+                        deleted: Some(id),
                         ..Observed::default()
                     };
                 }
@@ -342,6 +338,7 @@ impl<E: Effects> Run<'_, E> {
         let (result, reached) = self.fx.create().await;
         self.attempts.create_ended(self.uid, &location, reached);
         let machine = result?;
+        self.attempts.created(self.uid, &machine.id);
         vm_status::observed(self.status, self.vm, &machine);
         self.status.location = Some(location.clone());
         self.status.applied = Some(facts.day2.desired.clone());

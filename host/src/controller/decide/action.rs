@@ -40,8 +40,8 @@ pub enum Action {
     Intend { location: String },
     /// The recorded machine is confirmed lost: create a new one at `location`.
     Recreate { lost: String, location: String },
-    /// Deleting: ask the provider to delete this machine.
-    Delete(VmStatus),
+    /// Deleting: ask the provider to delete the machine with this id.
+    Delete(String),
     /// Deleting: the provider is deleting it; watch it go.
     AwaitDeletion(VmStatus),
     /// Deleting: no machine exists; drop the finalizer.

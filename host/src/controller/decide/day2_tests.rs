@@ -26,6 +26,7 @@ fn facts() -> Facts {
         accept_location: None,
         absence_wait: Duration::ZERO,
         never_created: false,
+        sole_machine: None,
         day2: Day2 {
             uid: US.into(),
             desired: size(512),

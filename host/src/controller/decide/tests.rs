@@ -12,6 +12,7 @@ fn facts() -> Facts {
         accept_location: None,
         absence_wait: Duration::ZERO,
         never_created: false,
+        sole_machine: None,
         day2: Day2::default(),
     }
 }
@@ -33,7 +34,17 @@ fn run(
     find: Option<VmStatus>,
     location: &str,
 ) -> (Action, Vec<&'static str>) {
-    let mut seen = Observed::default();
+    run_from(Observed::default(), facts, get, find, location)
+}
+
+/// [`run`], from what the decision has already `seen`.
+fn run_from(
+    mut seen: Observed,
+    facts: &Facts,
+    get: Option<VmStatus>,
+    find: Option<VmStatus>,
+    location: &str,
+) -> (Action, Vec<&'static str>) {
     let mut asked = Vec::new();
     loop {
         match decide(facts, &seen) {
@@ -229,7 +240,7 @@ fn deletion_deletes_what_it_sees_and_releases_only_confirmed_absence() {
     let m = machine("i-1", Phase::Running);
     assert_eq!(
         run(&deleting, Some(m.clone()), None, HERE).0,
-        Action::Delete(m)
+        Action::Delete(m.id)
     );
     let going = machine("i-1", Phase::Deleting);
     assert_eq!(
@@ -254,6 +265,54 @@ fn deletion_deletes_what_it_sees_and_releases_only_confirmed_absence() {
 }
 
 #[test]
+fn the_sole_machine_is_deleted_at_once_and_its_absence_confirmed_like_any() {
+    let ours = Facts {
+        deleting: true,
+        sole_machine: Some("i-1".into()),
+        ..facts()
+    };
+    let m = machine("i-1", Phase::Running);
+    let (action, asked) = run(&ours, Some(m.clone()), None, HERE);
+    assert_eq!(action, Action::Delete("i-1".into()));
+    assert!(asked.is_empty(), "asked before deleting: {asked:?}");
+
+    let after = || Observed {
+        deleted: Some("i-1".into()),
+        ..Observed::default()
+    };
+    let (action, asked) = run_from(after(), &ours, None, None, HERE);
+    assert_eq!(action, Action::Release);
+    assert_eq!(asked, ["get", "location", "find"], "get and find confirm");
+    assert_eq!(
+        run_from(after(), &ours, Some(m.clone()), None, HERE).0,
+        Action::AwaitDeletion(m),
+        "still there after the delete: watch it go"
+    );
+    let other = machine("i-2", Phase::Running);
+    assert_eq!(
+        run_from(after(), &ours, None, Some(other), HERE).0,
+        Action::Delete("i-2".into()),
+        "find shows another machine: deleted too"
+    );
+    let young = Facts {
+        absence_wait: Duration::from_secs(3),
+        ..ours.clone()
+    };
+    assert!(matches!(
+        run_from(after(), &young, None, None, HERE).0,
+        Action::AwaitAbsence { .. }
+    ));
+
+    // A recorded machine this process did not make (or not alone) is observed first.
+    let unknown = Facts {
+        sole_machine: Some("i-0".into()),
+        ..ours.clone()
+    };
+    let (_, asked) = run(&unknown, Some(machine("i-1", Phase::Running)), None, HERE);
+    assert_eq!(asked, ["get"]);
+}
+
+#[test]
 fn deletion_without_an_id_finds_and_never_creates() {
     let deleting = Facts {
         deleting: true,
@@ -263,7 +322,7 @@ fn deletion_without_an_id_finds_and_never_creates() {
     };
     let found = machine("i-9", Phase::Running);
     let (action, asked) = run(&deleting, None, Some(found.clone()), HERE);
-    assert_eq!(action, Action::Delete(found));
+    assert_eq!(action, Action::Delete(found.id));
     assert_eq!(asked, ["location", "find"]);
     assert!(
         matches!(

@@ -53,6 +53,7 @@ pub fn facts(
         accept_location: vm.spec.accept_location.clone(),
         absence_wait: attempts.absence_wait(uid, grace),
         never_created: attempts.never_created(uid),
+        sole_machine: attempts.sole_machine(uid),
         day2: day2::facts(vm, plugin),
     }
 }

@@ -107,12 +107,12 @@ fn deleting_a_vm_never_deletes_a_machine_marked_by_another_uid() {
     assert_eq!(asked, ["get"]);
     assert_eq!(
         act(&deleting, Some(owned(Phase::Running, US)), None).0,
-        Action::Delete(owned(Phase::Running, US)),
+        Action::Delete(owned(Phase::Running, US).id),
         "our own machine is deleted"
     );
     assert_eq!(
         act(&deleting, Some(machine(Phase::Running)), None).0,
-        Action::Delete(machine(Phase::Running)),
+        Action::Delete(machine(Phase::Running).id),
         "an unmarked machine this VM recorded is deleted"
     );
     // A refused adoption recorded no id: deletion looks up by uid only, never at the machine.
