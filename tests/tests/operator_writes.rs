@@ -60,18 +60,21 @@ async fn a_vm_lifecycle_costs_the_peers_writes_and_no_event() -> anyhow::Result<
     for i in 0..VMS {
         env.wait_ready(&format!("vm-{i}")).await?;
     }
-    // The status is written without managedFields: the API server kept everyone's.
+    // The status is written without managedFields: the API server kept everyone's, and
+    // names the operator's writes after it (`vmop::api::MANAGER`, from its user agent).
     let vm = env.vms().get("vm-0").await?;
     let managers: Vec<_> = vm
         .managed_fields()
         .iter()
         .map(|m| (m.manager.clone(), m.subresource.clone()))
         .collect();
+    let ours = |sub: Option<&str>| {
+        managers.iter().any(|(manager, s)| {
+            manager.as_deref() == Some(vmop::api::MANAGER) && s.as_deref() == sub
+        })
+    };
     ensure!(
-        managers
-            .iter()
-            .any(|(_, sub)| sub.as_deref() == Some("status"))
-            && managers.iter().any(|(_, sub)| sub.is_none()),
+        ours(Some("status")) && ours(None),
         "managed fields after the operator's writes: {managers:?}"
     );
     for i in 0..VMS {

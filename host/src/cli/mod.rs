@@ -7,7 +7,10 @@ pub mod plan;
 pub mod plugin;
 pub mod run;
 
+use anyhow::Context as _;
 use clap::{Parser, Subcommand};
+use http::HeaderValue;
+use http::header::USER_AGENT;
 
 use crate::telemetry::logging::LogFormat;
 
@@ -75,4 +78,19 @@ mod tests {
     fn cli_is_consistent() {
         super::Cli::command().debug_assert();
     }
+}
+
+/// A client for the cluster in KUBECONFIG or the in-cluster config, introducing itself as
+/// `vmop/<version>`: the API server names the field manager of an update after the user agent
+/// (kube sends none, which it records as `unknown`), so this is what makes
+/// [`crate::api::MANAGER`] the manager of every write, and what audit logs show.
+pub async fn kube_client() -> anyhow::Result<kube::Client> {
+    let mut config = kube::Config::infer()
+        .await
+        .context("failed to find a Kubernetes config in KUBECONFIG or the in-cluster config")?;
+    config.headers.push((
+        USER_AGENT,
+        HeaderValue::from_static(concat!("vmop/", env!("CARGO_PKG_VERSION"))),
+    ));
+    kube::Client::try_from(config).context("failed to build a Kubernetes client")
 }

@@ -52,9 +52,7 @@ pub struct PlanArgs {
 pub struct Changes(pub usize);
 
 pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
-    let client = kube::Client::try_default()
-        .await
-        .context("failed to build a Kubernetes client from KUBECONFIG or the in-cluster config")?;
+    let client = super::kube_client().await?;
     let operator_namespace = args
         .operator_namespace
         .clone()

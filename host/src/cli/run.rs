@@ -101,9 +101,7 @@ pub struct RunArgs {
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let client = kube::Client::try_default()
-        .await
-        .context("failed to build a Kubernetes client from KUBECONFIG or the in-cluster config")?;
+    let client = super::kube_client().await?;
     let operator_namespace = args
         .operator_namespace
         .clone()
