@@ -70,16 +70,6 @@ pub fn exit_code(result: &anyhow::Result<()>) -> i32 {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use clap::CommandFactory;
-
-    #[test]
-    fn cli_is_consistent() {
-        super::Cli::command().debug_assert();
-    }
-}
-
 /// A client for the cluster in KUBECONFIG or the in-cluster config, introducing itself as
 /// `vmop/<version>`: the API server names the field manager of an update after the user agent
 /// (kube sends none, which it records as `unknown`), so this is what makes
@@ -93,4 +83,14 @@ pub async fn kube_client() -> anyhow::Result<kube::Client> {
         HeaderValue::from_static(concat!("vmop/", env!("CARGO_PKG_VERSION"))),
     ));
     kube::Client::try_from(config).context("failed to build a Kubernetes client")
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        super::Cli::command().debug_assert();
+    }
 }
