@@ -245,7 +245,7 @@ async fn the_operators_writes_keep_kubectls_last_applied_copy() -> anyhow::Resul
         "the last-applied copy did not survive the operator's writes: {:?}",
         ready.annotations()
     );
-    // The finalizer is added with a PUT of the object as cached: the spec round-trips.
+    // Nor do they rewrite the spec.
     ensure!(
         ready.metadata.generation == Some(1),
         "the operator's writes changed the spec: generation {:?}",

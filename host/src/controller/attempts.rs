@@ -21,8 +21,9 @@
 //!   a VM whose creates all failed against a dead endpoint be deleted (issue 8, path 10).
 //! - [`Attempts::sole_machine`] names a machine only when this process added the VM's
 //!   finalizer, every create attempt that could have reached the cloud answered, all with
-//!   that one machine, and no `delete` of it was asked yet: the machine is this VM's own (its
-//!   create marked it so), so deletion asks `delete` without a `get` first. It says nothing
+//!   that one machine, and since then no `delete` of it was asked and no `get` showed it as
+//!   anything but this VM's own machine ([`Attempts::observe_first`]): the machine is this
+//!   VM's own (its create marked it so), so deletion asks `delete` without a `get` first. It says nothing
 //!   about absence: `get` and `find` still confirm it (lag can hide the very machine made)
 //!   (`attempts::tests::sole_machine_needs_our_finalizer_and_every_attempt_answered`, and the
 //!   simulation, which loses answers and crashes between steps).
@@ -52,8 +53,8 @@ struct Known {
     answered: Option<String>,
     /// Two attempts answered different machines.
     several: bool,
-    /// A `delete` of the machine was asked.
-    delete_asked: bool,
+    /// A `delete` of the machine was asked, or a `get` did not show it as the VM's own.
+    observed_first: bool,
 }
 
 /// Create attempts of this process (one epoch), by VM uid.
@@ -127,15 +128,16 @@ impl Attempts {
     pub fn sole_machine(&self, uid: &str) -> Option<String> {
         self.with(uid, |k| {
             let every_answered = k.reaching_answered == k.reaching && !k.several;
-            (k.finalizer_added && every_answered && !k.delete_asked)
+            (k.finalizer_added && every_answered && !k.observed_first)
                 .then(|| k.answered.clone())
                 .flatten()
         })
     }
 
-    /// A `delete` for `uid`'s machine is being asked: from now on it is observed first.
-    pub fn delete_asked(&self, uid: &str) {
-        self.with(uid, |k| k.delete_asked = true);
+    /// A `delete` for `uid`'s machine is being asked, or a `get` did not show it as the VM's
+    /// own: from now on it is observed before it is deleted.
+    pub fn observe_first(&self, uid: &str) {
+        self.with(uid, |k| k.observed_first = true);
     }
 
     /// Where the last create attempt for `uid` that may have made a machine went. This
@@ -262,7 +264,7 @@ mod tests {
         a.create_ended("x", "here", false);
         a.created("x", "vm-x");
         assert_eq!(a.sole_machine("x").as_deref(), Some("vm-x"));
-        a.delete_asked("x");
+        a.observe_first("x");
         assert_eq!(
             a.sole_machine("x"),
             None,

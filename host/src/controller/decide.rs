@@ -22,8 +22,9 @@
 //! - Deletion never calls `create`: a machine that may exist without an id is looked up with
 //!   `find` and deleted by the id it answers. A recorded machine is observed before it is
 //!   deleted, except the one [`Facts::sole_machine`] names (made for this VM by this process,
-//!   so marked as its own): `delete` is idempotent, so it is asked at once. Either way the
-//!   finalizer goes only once `get` and `find` confirm the absence as above.
+//!   so marked as its own, and never since seen as anything else) while the ProviderConfig
+//!   still points where it was made: `delete` is idempotent, so it is asked at once. Either
+//!   way the finalizer goes only once `get` and `find` confirm the absence as above.
 //! - Day 2 (`converge.rs`): a paused VM asks nothing and does nothing; an `ObserveOnly` VM is
 //!   never created, updated, powered or deleted (its deletion leaves the machine); an export
 //!   whose capability the plugin lacks is never asked for (a condition says so instead); an
@@ -250,8 +251,15 @@ fn decide_deletion(facts: &Facts, seen: &Observed) -> Step {
     };
     match &facts.id {
         Some(id) => match &seen.get {
+            // Only where it was made: after a move the id may name another machine.
             None if seen.deleted.is_none() && facts.sole_machine.as_ref() == Some(id) => {
-                Step::Act(Action::Delete(id.clone()))
+                match (&seen.location, &facts.recorded_location) {
+                    (None, Some(_)) => Step::Location,
+                    (Some(current), Some(recorded)) if current == recorded => {
+                        Step::Act(Action::Delete(id.clone()))
+                    }
+                    _ => Step::Get(id.clone()),
+                }
             }
             None => Step::Get(id.clone()),
             Some(Some(machine)) => remove(machine),

@@ -210,7 +210,7 @@ pub async fn run(
     // A consistent list (not the API server's possibly lagging cache): a new epoch must not
     // start from a view older than its predecessor's writes (see `attempts.rs`).
     let vm_watch = watcher::Config::default().list_semantic(watcher::ListSemantic::MostRecent);
-    let vm_triggers = relist::watch_vms(vm_api, vm_watch)
+    let vm_triggers = relist::watch(vm_api, vm_watch)
         .map_ok(move |event| {
             index.observe(&event);
             event

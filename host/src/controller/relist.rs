@@ -25,14 +25,13 @@ use std::time::Duration;
 
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
+use kube::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::utils::Backoff;
 use kube::runtime::watcher::{self, Event, watcher};
-use kube::{Api, ResourceExt};
 use serde::de::DeserializeOwned;
 
 use super::backoff::jitter;
-use crate::api::{VM_FINALIZER, VirtualMachine};
 
 const FIRST_RETRY: Duration = Duration::from_millis(250);
 /// Longest wait between two attempts to reach the API server.
@@ -76,31 +75,10 @@ pub fn is_desync(error: &watcher::Error) -> bool {
     }
 }
 
-/// A watch of `api` that relists after a desync (see the module docs), its objects
-/// [`slim`]med.
+/// A watch of `api` that relists after a desync (see the module docs).
 pub fn watch<K>(
     api: Api<K>,
     config: watcher::Config,
-) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send
-where
-    K: kube::Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-{
-    watch_slimmed(api, config, slim)
-}
-
-/// [`watch`] for VirtualMachines, which keep kubectl's copy until they carry vmop's
-/// finalizer ([`slim_vm`]).
-pub fn watch_vms(
-    api: Api<VirtualMachine>,
-    config: watcher::Config,
-) -> impl Stream<Item = Result<Event<VirtualMachine>, watcher::Error>> + Send {
-    watch_slimmed(api, config, slim_vm)
-}
-
-fn watch_slimmed<K>(
-    api: Api<K>,
-    config: watcher::Config,
-    slim: fn(&mut K),
 ) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send
 where
     K: kube::Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -120,26 +98,13 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 /// `managedFields` (often larger than the spec) and kubectl's last-applied copy. Writes are
 /// unaffected: status goes through `/status`, which ignores metadata, an empty
 /// `managedFields` in an update leaves the server's untouched, and metadata is only ever merge
-/// patched, never PUT from a slimmed object, which would delete the user's copy (test:
+/// patched, never PUT from a cached object, which would delete the user's copy (test:
 /// `operator_lifecycle.rs` `the_operators_writes_keep_kubectls_last_applied_copy`).
 fn slim<K: kube::Resource>(object: &mut K) {
     let meta = object.meta_mut();
     meta.managed_fields = None;
     if let Some(annotations) = meta.annotations.as_mut() {
         annotations.remove(LAST_APPLIED);
-    }
-}
-
-/// [`slim`], except that a VirtualMachine without vmop's finalizer keeps kubectl's copy: the
-/// finalizer is added with a PUT of the cached object (`effects.rs`), which must carry it.
-/// Such VMs are the few not yet reconciled, so the caches still hold one copy per new VM at
-/// most, and none once it is reconciled. The last finalizer of a deleted VM is also removed
-/// with a PUT, which loses nothing: the API server deletes the object with that write.
-fn slim_vm(vm: &mut VirtualMachine) {
-    if vm.finalizers().iter().any(|f| f == VM_FINALIZER) {
-        slim(vm);
-    } else {
-        vm.metadata.managed_fields = None;
     }
 }
 
@@ -209,24 +174,6 @@ mod tests {
             cm.metadata.annotations,
             Some([("vmop.dev/paused".to_owned(), "true".to_owned())].into())
         );
-    }
-
-    #[test]
-    fn a_vm_keeps_kubectls_copy_until_it_carries_the_finalizer() {
-        use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
-        let mut vm = VirtualMachine::new("web", Default::default());
-        vm.metadata.managed_fields = Some(vec![ManagedFieldsEntry::default()]);
-        vm.metadata.annotations = Some([(LAST_APPLIED.to_owned(), "{...}".to_owned())].into());
-        vm.metadata.finalizers = Some(vec!["example.com/other".to_owned()]);
-        let mut fresh = vm.clone();
-        slim_vm(&mut fresh);
-        assert_eq!(fresh.metadata.managed_fields, None);
-        assert_eq!(fresh.metadata.annotations, vm.metadata.annotations);
-
-        vm.finalizers_mut().push(VM_FINALIZER.to_owned());
-        slim_vm(&mut vm);
-        assert_eq!(vm.metadata.managed_fields, None);
-        assert_eq!(vm.metadata.annotations, Some(Default::default()));
     }
 
     /// The first watch desyncs after one object; the second lists afresh.

@@ -201,7 +201,17 @@ impl<E: Effects> Run<'_, E> {
         loop {
             let action = match decide(facts, &seen) {
                 Step::Get(id) => {
-                    seen.get = Some(self.fx.get(&id).await?);
+                    let machine = self.fx.get(&id).await?;
+                    // Not seen as this VM's own (gone, lagging, or marked as another's, as a
+                    // cloud that reuses ids may show): from now on it is observed before it
+                    // is deleted.
+                    if !machine
+                        .as_ref()
+                        .is_some_and(|m| !m.owned_by_other(self.uid))
+                    {
+                        self.attempts.observe_first(self.uid);
+                    }
+                    seen.get = Some(machine);
                     continue;
                 }
                 Step::Find => {
@@ -259,7 +269,7 @@ impl<E: Effects> Run<'_, E> {
                     facts.recorded_location = None;
                 }
                 Action::Delete(id) => {
-                    self.attempts.delete_asked(self.uid);
+                    self.attempts.observe_first(self.uid);
                     self.fx.delete(&id).await?;
                     self.status.id = Some(id.clone());
                     facts.id = Some(id.clone());

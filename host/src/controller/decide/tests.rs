@@ -274,7 +274,18 @@ fn the_sole_machine_is_deleted_at_once_and_its_absence_confirmed_like_any() {
     let m = machine("i-1", Phase::Running);
     let (action, asked) = run(&ours, Some(m.clone()), None, HERE);
     assert_eq!(action, Action::Delete("i-1".into()));
-    assert!(asked.is_empty(), "asked before deleting: {asked:?}");
+    assert_eq!(
+        asked,
+        ["location"],
+        "only where it was made (a cached answer)"
+    );
+    let (action, asked) = run(&ours, Some(m.clone()), None, "elsewhere");
+    assert_eq!(
+        asked,
+        ["location", "get"],
+        "moved: the id may name another machine"
+    );
+    assert_eq!(action, Action::Delete("i-1".into()));
 
     let after = || Observed {
         deleted: Some("i-1".into()),
