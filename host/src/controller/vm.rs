@@ -205,10 +205,7 @@ impl<E: Effects> Run<'_, E> {
                     // Not seen as this VM's own (gone, lagging, or marked as another's, as a
                     // cloud that reuses ids may show): from now on it is observed before it
                     // is deleted.
-                    if !machine
-                        .as_ref()
-                        .is_some_and(|m| !m.owned_by_other(self.uid))
-                    {
+                    if machine.as_ref().is_none_or(|m| m.owned_by_other(self.uid)) {
                         self.attempts.observe_first(self.uid);
                     }
                     seen.get = Some(machine);
