@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use anyhow::{Context as _, ensure};
-use kube::api::DeleteParams;
+use kube::api::{ApiResource, DeleteParams, DynamicObject, PostParams};
 use kube::{Api, ResourceExt};
 use vmop::api::{ConnectionConfigMap, DeletionPolicy, ProviderConfig, VmPhase};
 use vmop_tests::operator::{Env, Scrape, wait_for};
@@ -216,10 +216,12 @@ async fn orphan_policy_leaves_the_instance_running() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The operator's own writes keep what its cache drops: the cache holds no kubectl
-/// last-applied copy (`relist::slim`), so a write built from the cached object (a PUT of the
-/// whole object) would delete the user's copy and break their next `kubectl apply`. The
-/// finalizer write is a merge patch for this reason.
+/// The operator's own writes keep what its cache drops and what its types would change: the
+/// cache holds no kubectl last-applied copy (`relist::slim`), and a write built from the cached
+/// object (a PUT of the whole object) would delete the user's copy, breaking their next
+/// `kubectl apply`, and send `spec.memory: 536870912` back as a string owned by `vmop` (both
+/// seen when the finalizer was added with a PUT). The finalizer write is a merge patch for this
+/// reason.
 #[tokio::test]
 async fn the_operators_writes_keep_kubectls_last_applied_copy() -> anyhow::Result<()> {
     const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -233,8 +235,25 @@ async fn the_operators_writes_keep_kubectls_last_applied_copy() -> anyhow::Resul
         .annotations
         .get_or_insert_with(Default::default)
         .insert(LAST_APPLIED.to_owned(), copy.clone());
-    env.create_vm(&vm).await?;
+    // Memory as an integer, as a user may write it (`int-or-string`): this binary's type
+    // would send it back as a string.
+    let mut raw = serde_json::to_value(&vm)?;
+    raw["spec"]["memory"] = serde_json::json!(536_870_912);
+    let untyped: Api<DynamicObject> = Api::namespaced_with(
+        env.client.clone(),
+        &env.namespace,
+        &ApiResource::erase::<vmop::api::VirtualMachine>(&()),
+    );
+    untyped
+        .create(&PostParams::default(), &serde_json::from_value(raw)?)
+        .await?;
     let ready = env.wait_ready("applied").await?;
+    let stored = untyped.get("applied").await?;
+    ensure!(
+        stored.data["spec"]["memory"] == serde_json::json!(536_870_912),
+        "the operator's writes rewrote spec.memory: {}",
+        stored.data["spec"]["memory"]
+    );
     ensure!(
         ready.finalizers().iter().any(|f| f == "vmop.dev/cleanup"),
         "no finalizer: {:?}",
