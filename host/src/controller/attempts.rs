@@ -44,11 +44,11 @@ struct Known {
     last_end: Option<Instant>,
     /// Where that attempt went.
     last_location: Option<String>,
-    /// Attempts that may have reached the cloud, and how many of those answered.
-    reaching: u32,
-    reaching_answered: u32,
-    /// Whether the attempt that ended last may have reached the cloud.
-    last_reached: bool,
+    /// The attempt that ended last may have reached the cloud and its answer is not recorded
+    /// (yet: [`Attempts::created`] follows an answer).
+    answer_pending: bool,
+    /// An attempt that may have reached the cloud never answered: it may have made a machine.
+    answer_lost: bool,
     /// The machine the attempts answered with.
     answered: Option<String>,
     /// Two attempts answered different machines.
@@ -98,10 +98,10 @@ impl Attempts {
     pub fn create_ended(&self, uid: &str, location: &str, reached: bool) {
         let now = Instant::now();
         self.with(uid, |k| {
-            k.last_reached = reached;
+            k.answer_lost |= k.answer_pending;
+            k.answer_pending = reached;
             if reached {
                 k.reached = true;
-                k.reaching = k.reaching.saturating_add(1);
                 k.last_end = Some(now);
                 k.last_location = Some(location.to_owned());
             }
@@ -112,9 +112,7 @@ impl Attempts {
     /// machine `id`.
     pub fn created(&self, uid: &str, id: &str) {
         self.with(uid, |k| {
-            if std::mem::take(&mut k.last_reached) {
-                k.reaching_answered = k.reaching_answered.saturating_add(1);
-            }
+            k.answer_pending = false;
             match &k.answered {
                 Some(known) if known != id => k.several = true,
                 Some(_) => {}
@@ -127,7 +125,7 @@ impl Attempts {
     /// asked to delete it yet: see the module docs.
     pub fn sole_machine(&self, uid: &str) -> Option<String> {
         self.with(uid, |k| {
-            let every_answered = k.reaching_answered == k.reaching && !k.several;
+            let every_answered = !k.answer_pending && !k.answer_lost && !k.several;
             (k.finalizer_added && every_answered && !k.observed_first)
                 .then(|| k.answered.clone())
                 .flatten()
