@@ -48,16 +48,7 @@ async fn adopts_refuses_a_managed_machine_and_observes_without_writing() -> anyh
         !ops.iter().any(|o| o == "create"),
         "adoption created a machine: {ops:?}"
     );
-    let reasons: Vec<String> = env
-        .vm_events("adopted")
-        .await?
-        .into_iter()
-        .map(|e| e.0)
-        .collect();
-    ensure!(
-        reasons.iter().any(|r| r == "Adopted"),
-        "no Adopted Event: {reasons:?}"
-    );
+    env.wait_vm_event("adopted", "Adopted").await?;
 
     // Another VM naming the same machine is refused, and touches nothing.
     let mut thief = env.vm("thief", &provider);
@@ -194,13 +185,7 @@ async fn the_cloud_tag_outlives_its_vm_and_another_vms_machine_is_never_touched(
         vm.status.as_ref().and_then(|s| s.id.as_ref()).is_none(),
         "second recorded the machine"
     );
-    let events = env.vm_events("second").await?;
-    ensure!(
-        events
-            .iter()
-            .any(|(reason, _)| reason == "AdoptionConflict"),
-        "no AdoptionConflict Event: {events:?}"
-    );
+    env.wait_vm_event("second", "AdoptionConflict").await?;
     env.vms().delete("second", &DeleteParams::default()).await?;
     env.wait_gone("second").await?;
     let writes: Vec<String> = operator
@@ -246,11 +231,7 @@ async fn the_cloud_tag_outlives_its_vm_and_another_vms_machine_is_never_touched(
         tagged(&env, &outside, "uid-of-another-cluster")?,
         "keeper's deletion touched the machine"
     );
-    let events = env.vm_events("keeper").await?;
-    ensure!(
-        events.iter().any(|(reason, _)| reason == "OwnedElsewhere"),
-        "no OwnedElsewhere Event: {events:?}"
-    );
+    env.wait_vm_event("keeper", "OwnedElsewhere").await?;
     Ok(())
 }
 

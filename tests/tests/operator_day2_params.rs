@@ -111,13 +111,10 @@ async fn a_launch_only_parameter_change_is_refused_before_any_call_and_revert_cl
         env.moto.instance_state(&id)?.as_deref() == Some("running"),
         "the instance was touched"
     );
-    let events = env.vm_events("pinned").await?;
-    ensure!(
-        events
-            .iter()
-            .any(|(reason, note)| reason == "InvalidSpec" && note.contains("subnetId")),
-        "no InvalidSpec Event naming the parameter: {events:?}"
-    );
+    env.wait_vm_event_where("pinned", "InvalidSpec naming subnetId", |reason, note| {
+        reason == "InvalidSpec" && note.contains("subnetId")
+    })
+    .await?;
     ensure!(
         operator
             .log()

@@ -57,13 +57,7 @@ async fn missing_provider_config_keeps_the_finalizer_until_it_returns() -> anyho
         state.as_deref() == Some("running"),
         "instance {id} is {state:?}"
     );
-    let events = env.vm_events("stuck").await?;
-    ensure!(
-        events
-            .iter()
-            .any(|(reason, _)| reason == "ProviderConfigNotFound"),
-        "events: {events:?}"
-    );
+    env.wait_vm_event("stuck", "ProviderConfigNotFound").await?;
 
     let mut back = pc.clone();
     back.metadata = kube::api::ObjectMeta {

@@ -48,13 +48,12 @@ async fn terminated_instance_is_recreated_with_an_event() -> anyhow::Result<()> 
         "live instances for {uid}: {:?}",
         env.live_instances(&uid)?
     );
-    let events = env.vm_events("drifty").await?;
-    ensure!(
-        events
-            .iter()
-            .any(|(reason, note)| reason == "ExternalVMLost" && note.contains(&first)),
-        "no ExternalVMLost event naming {first}: {events:?}"
-    );
+    env.wait_vm_event_where(
+        "drifty",
+        "ExternalVMLost naming the lost id",
+        |reason, note| reason == "ExternalVMLost" && note.contains(&first),
+    )
+    .await?;
     Ok(())
 }
 
@@ -83,12 +82,9 @@ async fn phase_changes_made_outside_are_mirrored() -> anyhow::Result<()> {
         status.phase == Some(vmop::api::VmPhase::Stopped) && status.id.as_deref() == Some(&id),
         "status after the stop: {status:?}"
     );
-    let events = env.vm_events("stoppable").await?;
-    ensure!(
-        events
-            .iter()
-            .any(|(reason, note)| reason == "PhaseChanged" && note.contains("Stopped")),
-        "no PhaseChanged event: {events:?}"
-    );
+    env.wait_vm_event_where("stoppable", "PhaseChanged to Stopped", |reason, note| {
+        reason == "PhaseChanged" && note.contains("Stopped")
+    })
+    .await?;
     Ok(())
 }

@@ -47,11 +47,7 @@ async fn refused_credentials_wait_for_a_secret_fix_without_retrying() -> anyhow:
         status.id.is_none(),
         "an id despite refused credentials: {status:?}"
     );
-    let events = env.vm_events("locked").await?;
-    ensure!(
-        events.iter().any(|(reason, _)| reason == "Unauthorized"),
-        "events: {events:?}"
-    );
+    env.wait_vm_event("locked", "Unauthorized").await?;
 
     // While a healthy VM goes through several periodic checks, the refused one is not retried.
     env.create_vm(&env.vm("control", &control)).await?;

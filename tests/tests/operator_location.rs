@@ -122,11 +122,7 @@ async fn a_moved_provider_config_is_never_read_as_a_lost_machine() -> anyhow::Re
         message.contains(&first_location),
         "the message does not name the recorded location {first_location:?}: {message}"
     );
-    let events = env.vm_events("web").await?;
-    ensure!(
-        events.iter().any(|(reason, _)| reason == "LocationChanged"),
-        "no LocationChanged Event: {events:?}"
-    );
+    env.wait_vm_event("web", "LocationChanged").await?;
     wait_rechecked_after(&operator, "web", moved_at, i64::from(GRACE_SECONDS) + 1).await?;
     let made_there = second.instance_ids_with_tag(UID_TAG, &uid)?;
     ensure!(

@@ -342,14 +342,28 @@ impl Env {
     /// Waits until VM `name` has an Event with `reason`, or fails after [`DEADLINE`] listing
     /// the Events it has (an Event is written after the status it goes with).
     pub async fn wait_vm_event(&self, name: &str, reason: &str) -> anyhow::Result<()> {
+        self.wait_vm_event_where(name, reason, |r, _| r == reason)
+            .await
+            .map(drop)
+    }
+
+    /// Waits until VM `name` has an Event whose `(reason, note)` satisfies `wanted`, and returns
+    /// its Events; fails after [`DEADLINE`] naming `what` and listing the Events it has. Tests
+    /// wait rather than read once because an Event is written after the status it goes with.
+    pub async fn wait_vm_event_where(
+        &self,
+        name: &str,
+        what: &str,
+        wanted: impl Fn(&str, &str) -> bool,
+    ) -> anyhow::Result<Vec<(String, String)>> {
         let deadline = tokio::time::Instant::now() + DEADLINE;
         loop {
             let events = self.vm_events(name).await?;
-            if events.iter().any(|(r, _)| r == reason) {
-                return Ok(());
+            if events.iter().any(|(r, n)| wanted(r, n)) {
+                return Ok(events);
             }
             if tokio::time::Instant::now() >= deadline {
-                bail!("no {reason} Event for {name} within {DEADLINE:?}; its Events: {events:?}");
+                bail!("no {what} Event for {name} within {DEADLINE:?}; its Events: {events:?}");
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
