@@ -12,7 +12,9 @@
 //! - API writes fail, or land with their answer lost;
 //! - the ProviderConfig moves to another location and back.
 //!
-//! Invariants checked after every step: at most one live machine per VM. After the script
+//! Invariants checked after every step: at most one live machine per VM, and no machine asked
+//! to `delete` twice in one reconcile (a drive that forgot an earlier delete would alternate
+//! between two machines while reads lag). After the script
 //! ends (the VM deleted, faults stopped, the move reverted): no live machine and no object
 //! (so no finalizer) left. A VM whose machine was made while the ProviderConfig pointed
 //! elsewhere reports `LocationChanged` after the revert; the simulated user then does what the
@@ -292,6 +294,8 @@ struct Fake<'w> {
     desired_mib: u64,
     /// The write calls (`update`, `start`, `stop`) made in this reconcile.
     writes: Vec<Operation>,
+    /// The machines `delete` was asked for in this reconcile.
+    deletes: Vec<String>,
 }
 
 impl Fake<'_> {
@@ -539,6 +543,11 @@ impl Effects for Fake<'_> {
     }
     async fn delete(&mut self, id: &str) -> Result<(), Error> {
         self.not_foreign(Operation::Delete, id);
+        if self.deletes.iter().any(|d| d == id) {
+            let message = format!("delete {id} asked twice in one reconcile");
+            self.world.violations.push(message);
+        }
+        self.deletes.push(id.to_owned());
         self.perform(Operation::Delete, format!("delete {id}"), |f| {
             let location = f.location.clone();
             let w = &mut *f.world;
@@ -682,6 +691,7 @@ fn reconcile(world: &mut World, attempts: &mut Attempts) {
         crashed: false,
         desired_mib: spec.memory_mib,
         writes: Vec::new(),
+        deletes: Vec::new(),
     };
     let outcome = run_once(drive(&view, facts, attempts, &mut status, &mut fake));
     let crashed = fake.crashed;
@@ -882,4 +892,40 @@ async fn day2_schedules_respect_capabilities_and_converge() {
             log.join("\n")
         );
     }
+}
+
+/// A machine this process made alone (`Attempts::sole_machine`, which lets deletion skip the
+/// first `get`) but that a later `get` showed under another VM's mark is observed before it
+/// is deleted, and so left to that VM (`Attempts::observe_first`; without it the deletion
+/// asks `delete` of the other VM's machine at once). No faults, so nothing else (a crash, a
+/// lost answer) clears `sole_machine` first, as it does in most random schedules.
+#[tokio::test(start_paused = true)]
+async fn a_machine_seen_under_another_mark_is_observed_before_any_delete() {
+    let mut world = World::new(0);
+    world.faults = false;
+    let mut attempts = Attempts::new();
+    for _ in 0..3 {
+        reconcile(&mut world, &mut attempts);
+        advance(&mut world, Duration::from_secs(5)).await;
+    }
+    assert_eq!(world.live_for_uid(), 1, "{}", world.log.join("\n"));
+    day2::claim_outside(&mut world);
+    reconcile(&mut world, &mut attempts);
+    let mut vm = world.latest().cloned().expect("the VM exists");
+    vm.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+    world.commit(vm);
+    for _ in 0..SETTLE_STEPS {
+        reconcile(&mut world, &mut attempts);
+        advance(&mut world, Duration::from_secs(5)).await;
+    }
+    let log = world.log.join("\n");
+    assert_eq!(world.violations, Vec::<String>::new(), "{log}");
+    assert!(world.gone, "the VM is still there: {log}");
+    assert!(
+        world
+            .machines
+            .iter()
+            .any(|m| m.live && m.deleting_until.is_none()),
+        "the claimed machine was deleted: {log}"
+    );
 }

@@ -25,8 +25,9 @@
 //!   anything but this VM's own machine ([`Attempts::observe_first`]): the machine is this
 //!   VM's own (its create marked it so), so deletion asks `delete` without a `get` first. It says nothing
 //!   about absence: `get` and `find` still confirm it (lag can hide the very machine made)
-//!   (`attempts::tests::sole_machine_needs_our_finalizer_and_every_attempt_answered`, and the
-//!   simulation, which loses answers and crashes between steps).
+//!   (`attempts::tests::sole_machine_needs_our_finalizer_and_every_attempt_answered`; the
+//!   simulation, which loses answers and crashes between steps; and its
+//!   `a_machine_seen_under_another_mark_is_observed_before_any_delete`, for the `get`).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};

@@ -128,8 +128,11 @@ pub struct Observed {
     /// Which other VirtualMachine (`namespace/name`) records the machine `spec.externalId`
     /// names, if any.
     pub claimed_by: Option<Option<String>>,
-    /// The machine `delete` was asked for in this decision (answers before it are dropped).
-    pub deleted: Option<String>,
+    /// The machines `delete` was asked for in this decision (answers before the last delete
+    /// are dropped). All of them, not the last: with two machines and a lagging `find`, one
+    /// that remembered only the last would alternate `delete` between them for as long as
+    /// the cloud lags (`tests::each_machine_is_asked_to_delete_once_per_decision`).
+    pub deleted: BTreeSet<String>,
 }
 
 /// The next thing to do: ask, or act.
@@ -243,7 +246,7 @@ fn decide_deletion(facts: &Facts, seen: &Observed) -> Step {
                 owner: owner.clone(),
             },
             // Asked once in this decision and still there: watch it go.
-            _ if machine.phase == Phase::Deleting || seen.deleted.as_ref() == Some(&machine.id) => {
+            _ if machine.phase == Phase::Deleting || seen.deleted.contains(&machine.id) => {
                 Action::AwaitDeletion(machine.clone())
             }
             _ => Action::Delete(machine.id.clone()),
@@ -252,7 +255,7 @@ fn decide_deletion(facts: &Facts, seen: &Observed) -> Step {
     match &facts.id {
         Some(id) => match &seen.get {
             // Only where it was made: after a move the id may name another machine.
-            None if seen.deleted.is_none() && facts.sole_machine.as_ref() == Some(id) => {
+            None if seen.deleted.is_empty() && facts.sole_machine.as_ref() == Some(id) => {
                 match (&seen.location, &facts.recorded_location) {
                     (None, Some(_)) => Step::Location,
                     (Some(current), Some(recorded)) if current == recorded => {

@@ -270,9 +270,11 @@ impl<E: Effects> Run<'_, E> {
                     self.fx.delete(&id).await?;
                     self.status.id = Some(id.clone());
                     facts.id = Some(id.clone());
+                    let mut deleted = std::mem::take(&mut seen.deleted);
+                    deleted.insert(id);
                     seen = Observed {
                         location: seen.location,
-                        deleted: Some(id),
+                        deleted,
                         ..Observed::default()
                     };
                 }

@@ -83,7 +83,7 @@ fn flip_power_outside(world: &mut World) {
 }
 
 /// Another VM claims the VM's live machine at the cloud (it changes the ownership mark).
-fn claim_outside(world: &mut World) {
+pub(super) fn claim_outside(world: &mut World) {
     if let Some(m) = world.machines.iter_mut().find(|m| m.live && m.uid == UID) {
         m.uid = OTHER.into();
         let id = m.id.clone();

@@ -288,7 +288,7 @@ fn the_sole_machine_is_deleted_at_once_and_its_absence_confirmed_like_any() {
     assert_eq!(action, Action::Delete("i-1".into()));
 
     let after = || Observed {
-        deleted: Some("i-1".into()),
+        deleted: BTreeSet::from(["i-1".to_owned()]),
         ..Observed::default()
     };
     let (action, asked) = run_from(after(), &ours, None, None, HERE);
@@ -362,4 +362,53 @@ fn orphan_asks_nothing() {
     let (action, asked) = run(&orphan, None, None, HERE);
     assert_eq!(action, Action::Orphan);
     assert!(asked.is_empty());
+}
+
+/// Two machines for one VM (a lost create made the second) and a cloud whose reads lag: each
+/// read shows the machine not just deleted. Driven as the reconciler drives one decision
+/// (`Action::Delete` records the id and keeps only the location and what was deleted), every
+/// machine is asked to delete once, and the decision then watches them go.
+#[test]
+fn each_machine_is_asked_to_delete_once_per_decision() {
+    let mut facts = Facts {
+        deleting: true,
+        id: Some("i-a".into()),
+        ..facts()
+    };
+    let mut seen = Observed::default();
+    let mut deletes = Vec::new();
+    let other = |id: &str| if id == "i-a" { "i-b" } else { "i-a" };
+    let action = loop {
+        let id = facts.id.clone().unwrap_or_default();
+        match decide(&facts, &seen) {
+            Step::Get(asked) => {
+                let first = deletes.is_empty();
+                seen.get = Some(first.then(|| machine(&asked, Phase::Running)));
+            }
+            Step::Find => seen.find = Some(Some(machine(other(&id), Phase::Running))),
+            Step::Location => seen.location = Some(HERE.into()),
+            Step::Act(Action::Delete(deleted)) => {
+                assert!(
+                    !deletes.contains(&deleted),
+                    "{deleted} asked to delete twice: {deletes:?}"
+                );
+                deletes.push(deleted.clone());
+                facts.id = Some(deleted.clone());
+                let mut all = std::mem::take(&mut seen.deleted);
+                all.insert(deleted);
+                seen = Observed {
+                    location: seen.location.take(),
+                    deleted: all,
+                    ..Observed::default()
+                };
+            }
+            Step::Act(action) => break action,
+            Step::Claimed(_) => unreachable!("not adopting"),
+        }
+    };
+    assert_eq!(deletes, ["i-a", "i-b"]);
+    assert_eq!(
+        action,
+        Action::AwaitDeletion(machine("i-a", Phase::Running))
+    );
 }
