@@ -1,7 +1,8 @@
 //! The operator's API writes per VM lifecycle, counted, not timed: the writes a plain
 //! controller-runtime operator makes (finalizer added, status written once, finalizer removed)
-//! and no more: a routine create or delete writes no Event. Counted from the API server's own `apiserver_request_total`
-//! (this test binary has its control plane to itself), minus the test's own create and delete.
+//! and no more: a routine create or delete writes no Event. Counted from the API server's own
+//! `apiserver_request_total` (this test binary has its control plane to itself), minus the
+//! test's own create and delete.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -106,7 +107,7 @@ async fn a_vm_lifecycle_costs_the_peers_writes_and_no_event() -> anyhow::Result<
     );
     // The finalizer is added with a merge patch (a PUT of the cached object would rewrite
     // what the user wrote) and its removal, which deletes the object, is a PUT: cheaper for
-    // the API server (`effects.rs` `Live::replace`).
+    // the API server (`effects.rs` `Live::release`).
     ensure!(
         puts == 1.0 && patches == 1.0,
         "finalizer writes per VM: {puts} PUT, {patches} PATCH (expected 1 and 1: {delta:?})"

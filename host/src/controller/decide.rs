@@ -135,6 +135,20 @@ pub struct Observed {
     pub deleted: BTreeSet<String>,
 }
 
+impl Observed {
+    /// What remains known once `delete` of `id` is asked: the location, and every machine
+    /// deleted in this decision. Every other answer predates the delete and is asked again.
+    pub fn after_delete(self, id: String) -> Observed {
+        let mut deleted = self.deleted;
+        deleted.insert(id);
+        Observed {
+            location: self.location,
+            deleted,
+            ..Observed::default()
+        }
+    }
+}
+
 /// The next thing to do: ask, or act.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {

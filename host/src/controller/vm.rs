@@ -270,13 +270,7 @@ impl<E: Effects> Run<'_, E> {
                     self.fx.delete(&id).await?;
                     self.status.id = Some(id.clone());
                     facts.id = Some(id.clone());
-                    let mut deleted = std::mem::take(&mut seen.deleted);
-                    deleted.insert(id);
-                    seen = Observed {
-                        location: seen.location,
-                        deleted,
-                        ..Observed::default()
-                    };
+                    seen = seen.after_delete(id);
                 }
                 Action::AwaitDeletion(machine) => return self.awaiting_deletion(&machine).await,
                 Action::Release => {

@@ -366,8 +366,8 @@ fn orphan_asks_nothing() {
 
 /// Two machines for one VM (a lost create made the second) and a cloud whose reads lag: each
 /// read shows the machine not just deleted. Driven as the reconciler drives one decision
-/// (`Action::Delete` records the id and keeps only the location and what was deleted), every
-/// machine is asked to delete once, and the decision then watches them go.
+/// (`Action::Delete` records the id, then [`Observed::after_delete`]), every machine is asked
+/// to delete once, and the decision then watches them go.
 #[test]
 fn each_machine_is_asked_to_delete_once_per_decision() {
     let mut facts = Facts {
@@ -394,13 +394,7 @@ fn each_machine_is_asked_to_delete_once_per_decision() {
                 );
                 deletes.push(deleted.clone());
                 facts.id = Some(deleted.clone());
-                let mut all = std::mem::take(&mut seen.deleted);
-                all.insert(deleted);
-                seen = Observed {
-                    location: seen.location.take(),
-                    deleted: all,
-                    ..Observed::default()
-                };
+                seen = std::mem::take(&mut seen).after_delete(deleted);
             }
             Step::Act(action) => break action,
             Step::Claimed(_) => unreachable!("not adopting"),
