@@ -4,9 +4,11 @@ pub mod conditions;
 pub mod parameters;
 pub mod provider_config;
 pub mod quantity;
+pub mod slim;
 pub mod virtual_machine;
 
 pub use provider_config::*;
+pub use slim::SlimVirtualMachine;
 pub use virtual_machine::*;
 
 /// Finalizer on every VirtualMachine whose external machine may exist.

@@ -12,7 +12,9 @@ use serde_json::json;
 
 use super::calls::Calls;
 use super::error::Error;
-use crate::api::{CREATE_LOCATION, VM_FINALIZER, VirtualMachine, VirtualMachineStatus};
+use crate::api::{
+    CREATE_LOCATION, SlimVirtualMachine, VM_FINALIZER, VirtualMachine, VirtualMachineStatus,
+};
 use crate::plugin::{UpdateOutcome, VmSpec, VmStatus};
 use crate::telemetry::events::EventSink;
 
@@ -73,7 +75,7 @@ pub trait Effects: Send {
 #[derive(Debug)]
 pub struct Live<'a> {
     pub calls: Calls<'a>,
-    pub api: &'a Api<VirtualMachine>,
+    pub api: &'a Api<SlimVirtualMachine>,
     pub events: &'a EventSink,
     pub spec: VmSpec,
     /// The object as last read or written: its resourceVersion guards the next write.
@@ -85,7 +87,7 @@ pub struct Live<'a> {
 impl<'a> Live<'a> {
     pub fn new(
         calls: Calls<'a>,
-        api: &'a Api<VirtualMachine>,
+        api: &'a Api<SlimVirtualMachine>,
         events: &'a EventSink,
         spec: VmSpec,
         vm: VirtualMachine,
@@ -153,7 +155,7 @@ impl Effects for Live<'_> {
     async fn claimed_by(&mut self, id: &str) -> Result<Option<String>, Error> {
         // Every namespace when the operator may list them, else its own (a namespaced
         // operator manages no other).
-        let all: Api<VirtualMachine> = Api::all(self.api.clone().into_client());
+        let all: Api<SlimVirtualMachine> = Api::all(self.api.clone().into_client());
         let list = match all.list(&ListParams::default()).await {
             Ok(list) => list,
             Err(kube::Error::Api(status)) if status.code == 403 => self
@@ -163,7 +165,8 @@ impl Effects for Live<'_> {
                 .map_err(Error::kube("list VirtualMachines"))?,
             Err(e) => return Err(Error::kube("list VirtualMachines")(e)),
         };
-        Ok(claimant(&list.items, &self.spec.uid, id))
+        let vms: Vec<VirtualMachine> = list.items.into_iter().map(VirtualMachine::from).collect();
+        Ok(claimant(&vms, &self.spec.uid, id))
     }
 
     async fn write_status(&mut self, status: &VirtualMachineStatus) -> Result<(), Error> {
@@ -182,11 +185,15 @@ impl Effects for Live<'_> {
         object.metadata.managed_fields = None;
         let updated = self
             .api
-            .replace_status(&self.vm.name_any(), &PostParams::default(), &object)
+            .replace_status(
+                &self.vm.name_any(),
+                &PostParams::default(),
+                &SlimVirtualMachine(object),
+            )
             .await
             .map_err(Error::kube("write the VirtualMachine status"))?;
         self.written = Some(status.clone());
-        self.vm = updated;
+        self.vm = updated.0;
         Ok(())
     }
 
@@ -250,10 +257,14 @@ impl Live<'_> {
         object.metadata.managed_fields = None;
         let updated = self
             .api
-            .replace(&self.vm.name_any(), &PostParams::default(), &object)
+            .replace(
+                &self.vm.name_any(),
+                &PostParams::default(),
+                &SlimVirtualMachine(object),
+            )
             .await
             .map_err(Error::kube("remove the finalizer"))?;
-        self.vm = updated;
+        self.vm = updated.0;
         Ok(())
     }
 
@@ -277,7 +288,7 @@ impl Live<'_> {
             )
             .await
             .map_err(Error::kube(action))?;
-        self.vm = updated;
+        self.vm = updated.0;
         Ok(())
     }
 }

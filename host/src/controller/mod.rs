@@ -40,7 +40,7 @@ use tracing::Instrument;
 
 pub use context::{Context, Options};
 
-use crate::api::{ProviderConfig, VirtualMachine};
+use crate::api::{ProviderConfig, SlimVirtualMachine, VirtualMachine};
 use crate::leader::shards::{self, ShardConfig};
 use crate::plugin::{Connections, PluginRegistry};
 use crate::telemetry::events::{EventSink, chain};
@@ -159,7 +159,7 @@ pub async fn run(
     config.readiness.set_ready(true);
 
     let shutdown = shutdown.boxed().shared();
-    let (vm_api, cm_api): (Api<VirtualMachine>, Api<ConfigMap>) = match &config.namespace {
+    let (vm_api, cm_api): (Api<SlimVirtualMachine>, Api<ConfigMap>) = match &config.namespace {
         Some(ns) => (
             Api::namespaced(client.clone(), ns),
             Api::namespaced(client.clone(), ns),
@@ -212,6 +212,7 @@ pub async fn run(
     let vm_watch = watcher::Config::default().list_semantic(watcher::ListSemantic::MostRecent);
     let vm_triggers = relist::watch(vm_api, vm_watch)
         .map_ok(move |event| {
+            let event = relist::unwrap_slim(event);
             index.observe(&event);
             event
         })

@@ -32,6 +32,7 @@ use kube::runtime::watcher::{self, Event, watcher};
 use serde::de::DeserializeOwned;
 
 use super::backoff::jitter;
+use crate::api::{SlimVirtualMachine, VirtualMachine};
 
 const FIRST_RETRY: Duration = Duration::from_millis(250);
 /// Longest wait between two attempts to reach the API server.
@@ -89,6 +90,18 @@ where
             .backoff(ShortBackoff::default())
             .boxed()
     })
+}
+
+/// A VM watch event with the object as the rest of the operator holds it; the watch reads
+/// [`SlimVirtualMachine`] so that managed fields are never parsed.
+pub fn unwrap_slim(event: Event<SlimVirtualMachine>) -> Event<VirtualMachine> {
+    match event {
+        Event::Apply(vm) => Event::Apply(vm.0),
+        Event::Delete(vm) => Event::Delete(vm.0),
+        Event::Init => Event::Init,
+        Event::InitApply(vm) => Event::InitApply(vm.0),
+        Event::InitDone => Event::InitDone,
+    }
 }
 
 /// kubectl's copy of the last applied object, as big as the object itself.

@@ -52,7 +52,8 @@ use super::error::{Error, Retry};
 use super::provider::Provider;
 use super::vm_status;
 use crate::api::{
-    RECONCILE_REQUESTED_AT, VM_FINALIZER, VirtualMachine, VirtualMachineStatus, VmPhase,
+    RECONCILE_REQUESTED_AT, SlimVirtualMachine, VM_FINALIZER, VirtualMachine, VirtualMachineStatus,
+    VmPhase,
 };
 use crate::plugin::{Phase, VmStatus};
 
@@ -86,7 +87,7 @@ pub enum Outcome {
 
 pub async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Requeue, Error> {
     let namespace = vm.namespace().ok_or(Error::Metadata("namespace"))?;
-    let api: Api<VirtualMachine> = Api::namespaced(ctx.client.clone(), &namespace);
+    let api: Api<SlimVirtualMachine> = Api::namespaced(ctx.client.clone(), &namespace);
     let key = ObjectRef::from(&*vm);
     let deleting = vm.meta().deletion_timestamp.is_some();
     if deleting && !vm.finalizers().iter().any(|f| f == VM_FINALIZER) {

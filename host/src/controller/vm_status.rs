@@ -12,7 +12,9 @@ use kube::{Api, Resource, ResourceExt};
 
 use super::error::Error;
 use crate::api::conditions::{self, READY, RESTART_REQUIRED, SYNCED, Status};
-use crate::api::{UpdateStrategy, VirtualMachine, VirtualMachineStatus, VmPhase};
+use crate::api::{
+    SlimVirtualMachine, UpdateStrategy, VirtualMachine, VirtualMachineStatus, VmPhase,
+};
 use crate::plugin::{Phase, VmStatus};
 
 /// The status as last written, or an empty one.
@@ -142,7 +144,7 @@ pub fn restart_required(status: &mut VirtualMachineStatus, vm: &VirtualMachine, 
 /// Writes `status` onto `vm` as read, guarded by its resourceVersion, unless it says what
 /// `vm` already holds.
 pub async fn write(
-    api: &Api<VirtualMachine>,
+    api: &Api<SlimVirtualMachine>,
     vm: &VirtualMachine,
     status: &VirtualMachineStatus,
 ) -> Result<(), Error> {
@@ -151,9 +153,13 @@ pub async fn write(
     }
     let mut object = vm.clone();
     object.status = Some(status.clone());
-    api.replace_status(&vm.name_any(), &PostParams::default(), &object)
-        .await
-        .map_err(Error::kube("write the VirtualMachine status"))?;
+    api.replace_status(
+        &vm.name_any(),
+        &PostParams::default(),
+        &SlimVirtualMachine(object),
+    )
+    .await
+    .map_err(Error::kube("write the VirtualMachine status"))?;
     Ok(())
 }
 

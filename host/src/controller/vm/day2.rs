@@ -24,8 +24,8 @@ use kube::{Api, Resource, ResourceExt};
 use super::{Outcome, Run};
 use crate::api::conditions::{self, SYNCED, Status};
 use crate::api::{
-    AppliedSpec, ManagementPolicy, PAUSED, POLL_INTERVAL, RECONCILE_REQUESTED_AT, VirtualMachine,
-    VmPhase,
+    AppliedSpec, ManagementPolicy, PAUSED, POLL_INTERVAL, RECONCILE_REQUESTED_AT,
+    SlimVirtualMachine, VirtualMachine, VmPhase,
 };
 use crate::controller::context::Options;
 use crate::controller::decide::{Action, Capabilities, Claimant, Day2, Facts, Observed};
@@ -91,7 +91,7 @@ pub(super) fn facts(vm: &VirtualMachine, plugin: Option<(&PluginInfo, &VmSpec)>)
 /// handled. One guarded status write, none when it says that already.
 pub(super) async fn record_paused(
     vm: &VirtualMachine,
-    api: &Api<VirtualMachine>,
+    api: &Api<SlimVirtualMachine>,
 ) -> Result<(), Error> {
     let mut status = vm_status::current(vm);
     status.last_handled_reconcile_at = vm.annotations().get(RECONCILE_REQUESTED_AT).cloned();

@@ -3,7 +3,7 @@
 use kube::api::Api;
 use kube::{Resource, ResourceExt};
 
-use crate::api::{VirtualMachine, VirtualMachineStatus, VmPhase};
+use crate::api::{SlimVirtualMachine, VirtualMachine, VirtualMachineStatus, VmPhase};
 use crate::controller::context::Context;
 use crate::controller::effects::{Effects, Severity};
 use crate::controller::error::Error;
@@ -38,7 +38,7 @@ pub(super) async fn report<E: Effects>(
 /// plugin): recorded the same way, with a plain guarded status write.
 pub(super) async fn report_unresolved(
     vm: &VirtualMachine,
-    api: &Api<VirtualMachine>,
+    api: &Api<SlimVirtualMachine>,
     ctx: &Context,
     error: &Error,
 ) {
