@@ -15,7 +15,9 @@
 # target/release/vmop-operator, the same CLI built inside the test package); VMOP_BASE: a second
 # vmop binary, measured as impl `base` (IMPLS="base vmop peer") with ratios vmop/base: before and
 # after a change in one run.
-# For each N and each rep the runs alternate floor, vmop, peer, each in its own namespace.
+# For each N and each rep the runs alternate floor, vmop, peer, each in its own namespace, in that
+# order on odd rounds and reversed on even ones, so that no impl always runs first or last (the
+# machine drifts over a session: the summary lists the load average at each run's start).
 # MODE=shards: vmop on 1 replica vs 3 sharded replicas (IMPLS "vmop-x1 vmop-x3", K replicas
 # with --shards K each), default N=5000, 1 round, no idle phase; prints the speed-up.
 # Results: $WORK/results.jsonl (one JSON object per run), $WORK/summary.md (the table), logs.
@@ -163,10 +165,15 @@ run() { # IMPL N REP
     -label "$impl N=$n #$rep" -out "$results" -log "$work/logs/$ns.log" "${watch[@]}" "${cmd[@]}"
 }
 
+order() { # REP: the impls in the order given, reversed on even rounds
+  # shellcheck disable=SC2086 # impls is a list
+  if [ $(($1 % 2)) = 0 ]; then printf '%s\n' $impls | tac; else printf '%s\n' $impls; fi
+}
+
 failed=0
 for n in $sizes; do
   for rep in $(seq "$reps"); do
-    for impl in $impls; do
+    for impl in $(order "$rep"); do
       run "$impl" "$n" "$rep" || { echo "!! $impl N=$n #$rep failed (log: $work/logs/$impl-$n-$rep.log)"; failed=1; }
     done
   done
