@@ -24,7 +24,9 @@
 //!   deleted, except the one [`Facts::sole_machine`] names (made for this VM by this process,
 //!   so marked as its own, and never since seen as anything else) while the ProviderConfig
 //!   still points where it was made: `delete` is idempotent, so it is asked at once. Either
-//!   way the finalizer goes only once `get` and `find` confirm the absence as above.
+//!   way the finalizer goes only once `get` and `find` confirm the absence as above, except
+//!   that `find` is not asked after `get` for the machine [`Facts::only_machine`] names: no
+//!   create for this VM can have made another one for `find` to show.
 //! - Day 2 (`converge.rs`): a paused VM asks nothing and does nothing; an `ObserveOnly` VM is
 //!   never created, updated, powered or deleted (its deletion leaves the machine); an export
 //!   whose capability the plugin lacks is never asked for (a condition says so instead); an
@@ -113,6 +115,10 @@ pub struct Facts {
     /// knows it and has not asked to delete it yet (see `attempts.rs`): its own, so deleted
     /// without a `get` first.
     pub sole_machine: Option<String>,
+    /// The only machine any create attempt for this VM can have made, when this process
+    /// knows it, also once its deletion was asked (see `attempts.rs`): when `get` no longer
+    /// sees it, `find` has no other machine to show.
+    pub only_machine: Option<String>,
     pub day2: Day2,
 }
 
@@ -237,6 +243,7 @@ fn decide_apply(facts: &Facts, seen: &Observed) -> Step {
             facts,
             facts.recorded_location.as_ref(),
             seen,
+            true,
             |found| match found {
                 Some(machine) => converge::observed(facts, machine),
                 None => with_location(seen, |location| Action::Recreate {
@@ -284,6 +291,7 @@ fn decide_deletion(facts: &Facts, seen: &Observed) -> Step {
                 facts,
                 facts.recorded_location.as_ref(),
                 seen,
+                facts.only_machine.as_ref() != Some(id),
                 |found| match found {
                     Some(machine) => remove(machine),
                     None => Step::Act(Action::Release),
@@ -295,6 +303,7 @@ fn decide_deletion(facts: &Facts, seen: &Observed) -> Step {
             facts,
             facts.intended_location.as_ref(),
             seen,
+            true,
             |found| match found {
                 Some(machine) => remove(machine),
                 None => Step::Act(Action::Release),
@@ -304,11 +313,13 @@ fn decide_deletion(facts: &Facts, seen: &Observed) -> Step {
 }
 
 /// The machine is not seen: decide only once the location is `recorded` (where it would be),
-/// `find` has answered and the grace period is over. `then` receives `find`'s answer.
+/// `find` has answered (when `ask_find`; otherwise it counts as "none") and the grace period
+/// is over. `then` receives `find`'s answer.
 fn absent(
     facts: &Facts,
     recorded: Option<&String>,
     seen: &Observed,
+    ask_find: bool,
     then: impl FnOnce(Option<&VmStatus>) -> Step,
 ) -> Step {
     if let Some(recorded) = recorded {
@@ -322,8 +333,10 @@ fn absent(
             });
         }
     }
-    let Some(found) = &seen.find else {
-        return Step::Find;
+    let found = match &seen.find {
+        Some(found) => found.as_ref(),
+        None if !ask_find => None,
+        None => return Step::Find,
     };
     match found {
         Some(machine) => then(Some(machine)),
