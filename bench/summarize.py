@@ -18,6 +18,14 @@ def peak_rss(r):
                r["delete"]["peakRssMiB"])
 
 
+def total_cpu(r):
+    """What a CPU-bound machine spends per VM lifecycle: the wall time follows it."""
+    spent = 0.0
+    for phase in ("create", "delete"):
+        spent += r[phase]["cpuSeconds"] + sum(r[phase]["watchedCpuSeconds"].values())
+    return 1000 * spent / r["n"]
+
+
 def w(phase):
     return lambda r: r[phase]["operatorWrites"] / r["n"]
 
@@ -46,6 +54,9 @@ MORE = [
     ("writes during idle", lambda r: r["idle"]["writesTotal"], "", False),
     ("operator RSS after idle", lambda r: r["idle"]["endRssMiB"], " MiB", False),
     ("driver: all creates posted", lambda r: r["postSeconds"], " s", True),
+    ("CPU ms per VM, create + delete: kube-apiserver + etcd + operator + testcloud", total_cpu, " ms", True),
+    ("host CPU steal, create + delete", lambda r: r["create"].get("stealSeconds", 0)
+     + r["delete"].get("stealSeconds", 0), " s", True),
 ]
 
 
@@ -123,14 +134,21 @@ def shards_table(groups, n, replicas):
     return lines
 
 
+def requests(phase_result):
+    """Writes and reads by "VERB resource" (reads: absent from runs before the driver kept them)."""
+    return {**phase_result["writes"], **phase_result.get("reads", {})}
+
+
 def writes_table(groups, n, impls):
     have = [i for i in IMPLS if i in impls]
-    lines = [f"Writes per VM by verb and resource (mean of the runs; the driver's own marked):", "",
+    lines = [f"Requests per VM by verb and resource, writes and reads (GET, LIST, and WATCH that "
+             f"ended; mean of the runs; the driver's own writes marked, the driver's informer "
+             f"is in every column):", "",
              "| phase | request | " + " | ".join(have) + " |", "|---" * (2 + len(have)) + "|"]
     for phase in ("create", "delete", "idle"):
-        keys = sorted({k for i in have for r in groups[(i, n)] for k in r[phase]["writes"]})
+        keys = sorted({k for i in have for r in groups[(i, n)] for k in requests(r[phase])})
         for k in keys:
-            vals = [mean([r[phase]["writes"].get(k, 0) for r in groups[(i, n)]]) / n for i in have]
+            vals = [mean([requests(r[phase]).get(k, 0) for r in groups[(i, n)]]) / n for i in have]
             if phase == "idle":
                 cells = [f"{v * n:.1f} total" for v in vals]
             else:

@@ -57,6 +57,9 @@ SHAPES = {
     "vmop-lean": (without_synced(vmop_status), {}),
 }
 VERBS = ("patch", "put")
+# fieldValidation on the operator's writes: "default" sends none (the server's default, Warn:
+# unknown and duplicate fields are looked for and reported as warnings), "Ignore" skips that.
+VALIDATIONS = ("default", "Ignore", "Warn", "Strict")
 PHASES = ("post", "finalizer", "status", "delete", "release")
 
 
@@ -127,17 +130,19 @@ def phase(cluster, work, n, workers):
     return results, cluster.cpu_seconds() - before
 
 
-def lifecycle(cluster, ns, shape, verb, n, workers):
+def lifecycle(cluster, ns, variant, n, workers):
     """Apiserver CPU ms per VM for each phase of n VMs in namespace ns."""
+    shape, verb, validation = variant
     status_of, annotations = SHAPES[shape]
     base = f"/apis/vmop.dev/v1alpha1/namespaces/{ns}/virtualmachines"
+    query = "" if validation == "default" else f"?fieldValidation={validation}"
     cluster.request("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
     spent = {}
 
     def put(path, vm):
         # As vmop and the peer do: the server keeps the managed fields of a PUT that has none.
         vm["metadata"].pop("managedFields", None)
-        return cluster.request("PUT", path, vm)
+        return cluster.request("PUT", path + query, vm)
 
     def post(i):
         return cluster.request("POST", base, {
@@ -151,7 +156,7 @@ def lifecycle(cluster, ns, shape, verb, n, workers):
             metadata = {"finalizers": ["vmop.dev/cleanup"], "resourceVersion": vm["metadata"]["resourceVersion"]}
             if annotations:
                 metadata["annotations"] = annotations
-            return cluster.request("PATCH", f"{base}/vm-{i}", {"metadata": metadata},
+            return cluster.request("PATCH", f"{base}/vm-{i}{query}", {"metadata": metadata},
                                    "application/merge-patch+json")
         vm["metadata"]["finalizers"] = ["vmop.dev/cleanup"]
         if annotations:
@@ -180,6 +185,10 @@ def lifecycle(cluster, ns, shape, verb, n, workers):
     return spent
 
 
+def name(variant):
+    return ", ".join(variant)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("controlplane", help="directory bench/controlplane.sh wrote")
@@ -188,35 +197,41 @@ def main():
     parser.add_argument("--workers", type=int, default=4, help="concurrent connections (4)")
     parser.add_argument("--shapes", default="vmop peer", help=f"of {' '.join(SHAPES)} ('vmop peer')")
     parser.add_argument("--verbs", default="patch put", help="finalizer verbs, patch and/or put ('patch put')")
+    parser.add_argument("--validations", default="default",
+                        help=f"fieldValidation of the operator's writes, of {' '.join(VALIDATIONS)} ('default')")
     args = parser.parse_args()
     cluster = Cluster(args.controlplane)
     threading.Thread(target=cluster.watch_all, daemon=True).start()
-    shapes, verbs = args.shapes.split(), args.verbs.split()
-    unknown = [x for x in shapes if x not in SHAPES] + [x for x in verbs if x not in VERBS]
-    if unknown or "peer" not in shapes:
-        parser.error(f"unknown shapes or verbs {unknown}; the shapes must include peer")
-    variants = [(s, v) for s in shapes for v in verbs]
+    shapes, verbs, validations = args.shapes.split(), args.verbs.split(), args.validations.split()
+    unknown = ([x for x in shapes if x not in SHAPES] + [x for x in verbs if x not in VERBS]
+               + [x for x in validations if x not in VALIDATIONS])
+    if unknown or "peer" not in shapes or "default" not in validations:
+        parser.error(f"unknown shapes, verbs or validations {unknown}; "
+                     "the shapes must include peer and the validations default")
+    variants = [(s, v, f) for s in shapes for v in verbs for f in validations]
     runs = {variant: [] for variant in variants}
     for r in range(args.rounds):
         # As bench/run.sh: the order reverses every other round, so none always runs first.
-        for shape, verb in variants if r % 2 == 0 else list(reversed(variants)):
-            spent = lifecycle(cluster, f"wc-{r}-{shape}-{verb}", shape, verb, args.n, args.workers)
-            runs[(shape, verb)].append(spent)
-            print(f"round {r + 1}: {shape} shape, finalizer by {verb}: "
-                  f"{sum(spent.values()):.2f} ms per VM", file=sys.stderr, flush=True)
+        for variant in variants if r % 2 == 0 else list(reversed(variants)):
+            ns = f"wc-{r}-" + "-".join(variant).lower()
+            spent = lifecycle(cluster, ns, variant, args.n, args.workers)
+            runs[variant].append(spent)
+            print(f"round {r + 1}: {name(variant)}: {sum(spent.values()):.2f} ms per VM",
+                  file=sys.stderr, flush=True)
 
     def total(variant):
         return statistics.mean(sum(s.values()) for s in runs[variant])
 
     print(f"kube-apiserver CPU ms per VM lifecycle, N={args.n}, {args.rounds} rounds (mean; total's range)\n")
-    print("| shape, finalizer verb | " + " | ".join(PHASES) + " | total | / peer, same verb |")
+    print("| shape, finalizer verb, fieldValidation | " + " | ".join(PHASES)
+          + " | total | / peer, same verb, default |")
     print("|---" * (len(PHASES) + 3) + "|")
-    for (shape, verb), spent in runs.items():
+    for variant, spent in runs.items():
         totals = [sum(s.values()) for s in spent]
         cells = [f"{statistics.mean(s[p] for s in spent):.2f}" for p in PHASES]
-        print(f"| {shape}, {verb} | " + " | ".join(cells) +
-              f" | {total((shape, verb)):.2f} ({min(totals):.2f}–{max(totals):.2f}) |"
-              f" {total((shape, verb)) / total(('peer', verb)):.2f} |")
+        print(f"| {name(variant)} | " + " | ".join(cells) +
+              f" | {total(variant):.2f} ({min(totals):.2f}–{max(totals):.2f}) |"
+              f" {total(variant) / total(('peer', variant[1], 'default')):.2f} |")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 # any operator: a fresh control plane (controlplane.sh), the CRDs, then write_cost.py (its
 # docstring says what it writes). Arguments go to write_cost.py.
 #   bench/write_cost.sh [--n 1000] [--rounds 4] [--workers 4] [--shapes "vmop peer"] [--verbs "patch put"]
+#                       [--validations "default Ignore"]
 set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$top"

@@ -386,8 +386,11 @@ func (t *tracker) wait(deadline time.Duration, done func(ready, present int) boo
 // ---- one phase's figures ----
 
 type Phase struct {
-	Seconds     float64        `json:"seconds"`
-	Writes      map[string]int `json:"writes"` // "VERB resource[/subresource]"
+	Seconds float64        `json:"seconds"`
+	Writes  map[string]int `json:"writes"` // "VERB resource[/subresource]"
+	// Reads (GET, LIST, and WATCH requests that ended in the phase), the same keys: what an
+	// operator asks the API server besides its writes.
+	Reads       map[string]int `json:"reads"`
 	WritesTotal int            `json:"writesTotal"`
 	WritesPerVM float64        `json:"writesPerVM"`
 	// The driver's own writes (N creates, one deletecollection) left out:
@@ -398,7 +401,10 @@ type Phase struct {
 	PeakRSSMiB          float64            `json:"peakRssMiB"`
 	EndRSSMiB           float64            `json:"endRssMiB"`
 	Watched             map[string]float64 `json:"watchedCpuSeconds"`
-	Error               string             `json:"error,omitempty"`
+	// CPU time the hypervisor gave to others while this machine's vCPUs wanted it (/proc/stat
+	// steal, all CPUs): a run with much of it measured a busier host, not a slower operator.
+	StealSeconds float64 `json:"stealSeconds"`
+	Error        string  `json:"error,omitempty"`
 }
 
 type Result struct {
@@ -423,13 +429,14 @@ type phaseStart struct {
 	cpu     float64
 	watch   watchFlag
 	watched map[string]float64
+	steal   float64
 }
 
 func begin(ctx context.Context, kube kubernetes.Interface, pid int, watch watchFlag) *phaseStart {
 	m, err := scrape(ctx, kube)
 	check(err)
 	_ = os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0) // resets VmHWM
-	p := &phaseStart{pid: pid, metrics: m, cpu: procCPU(pid), watch: watch, watched: map[string]float64{}}
+	p := &phaseStart{pid: pid, metrics: m, cpu: procCPU(pid), watch: watch, watched: map[string]float64{}, steal: hostSteal()}
 	for name, wp := range watch {
 		p.watched[name] = procCPU(wp)
 	}
@@ -447,11 +454,12 @@ func (p *phaseStart) end(ctx context.Context, kube kubernetes.Interface, n int) 
 	}
 	m, err := scrape(ctx, kube)
 	check(err)
-	ph := Phase{Seconds: round(seconds, 3), Writes: map[string]int{},
-		CPUSeconds: round(cpu, 2), PeakRSSMiB: kib(hwm), EndRSSMiB: kib(rss), Watched: watched}
+	ph := Phase{Seconds: round(seconds, 3), Writes: map[string]int{}, Reads: map[string]int{},
+		CPUSeconds: round(cpu, 2), PeakRSSMiB: kib(hwm), EndRSSMiB: kib(rss), Watched: watched,
+		StealSeconds: round(hostSteal()-p.steal, 2)}
 	for k, v := range m {
 		d := int(v - p.metrics[k] + 0.5)
-		if d <= 0 || k.resource == "leases" {
+		if d <= 0 || k.resource == "leases" || k.resource == "" { // "": /metrics and the like
 			continue
 		}
 		verb := k.verb
@@ -472,6 +480,8 @@ func (p *phaseStart) end(ctx context.Context, kube kubernetes.Interface, n int) 
 			if k.code == "409" {
 				ph.Conflicts += d
 			}
+		case "GET", "LIST", "WATCH":
+			ph.Reads[key] += d
 		}
 	}
 	ph.WritesPerVM = round(float64(ph.WritesTotal)/float64(n), 2)
@@ -521,6 +531,21 @@ func procCPU(pid int) float64 {
 	utime, _ := strconv.ParseFloat(fields[11], 64)
 	stime, _ := strconv.ParseFloat(fields[12], 64)
 	return (utime + stime) / 100
+}
+
+// hostSteal is the steal time of all CPUs since boot, in seconds (the first line of /proc/stat).
+func hostSteal() float64 {
+	raw, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(raw), "\n")
+	fields := strings.Fields(line)
+	if len(fields) < 9 || fields[0] != "cpu" {
+		return 0
+	}
+	steal, _ := strconv.ParseFloat(fields[8], 64)
+	return steal / 100
 }
 
 // procMem is VmHWM and VmRSS of a process, in KiB.
