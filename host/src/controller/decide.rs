@@ -24,9 +24,7 @@
 //!   deleted, except the one [`Facts::sole_machine`] names (made for this VM by this process,
 //!   so marked as its own, and never since seen as anything else) while the ProviderConfig
 //!   still points where it was made: `delete` is idempotent, so it is asked at once. Either
-//!   way the finalizer goes only once `get` and `find` confirm the absence as above, except
-//!   that `find` is not asked after `get` for the machine [`Facts::only_machine`] names: no
-//!   create for this VM can have made another one for `find` to show.
+//!   way the finalizer goes only once `get` and `find` confirm the absence as above.
 //! - Day 2 (`converge.rs`): a paused VM asks nothing and does nothing; an `ObserveOnly` VM is
 //!   never created, updated, powered or deleted (its deletion leaves the machine); an export
 //!   whose capability the plugin lacks is never asked for (a condition says so instead); an
@@ -115,10 +113,6 @@ pub struct Facts {
     /// knows it and has not asked to delete it yet (see `attempts.rs`): its own, so deleted
     /// without a `get` first.
     pub sole_machine: Option<String>,
-    /// The only machine any create attempt for this VM can have made, when this process
-    /// knows it, also once its deletion was asked (see `attempts.rs`): when `get` no longer
-    /// sees it, `find` has no other machine to show.
-    pub only_machine: Option<String>,
     pub day2: Day2,
 }
 
@@ -243,7 +237,6 @@ fn decide_apply(facts: &Facts, seen: &Observed) -> Step {
             facts,
             facts.recorded_location.as_ref(),
             seen,
-            true,
             |found| match found {
                 Some(machine) => converge::observed(facts, machine),
                 None => with_location(seen, |location| Action::Recreate {
@@ -291,7 +284,6 @@ fn decide_deletion(facts: &Facts, seen: &Observed) -> Step {
                 facts,
                 facts.recorded_location.as_ref(),
                 seen,
-                facts.only_machine.as_ref() != Some(id),
                 |found| match found {
                     Some(machine) => remove(machine),
                     None => Step::Act(Action::Release),
@@ -303,7 +295,6 @@ fn decide_deletion(facts: &Facts, seen: &Observed) -> Step {
             facts,
             facts.intended_location.as_ref(),
             seen,
-            true,
             |found| match found {
                 Some(machine) => remove(machine),
                 None => Step::Act(Action::Release),
@@ -313,13 +304,11 @@ fn decide_deletion(facts: &Facts, seen: &Observed) -> Step {
 }
 
 /// The machine is not seen: decide only once the location is `recorded` (where it would be),
-/// `find` has answered (when `ask_find`; otherwise it counts as "none") and the grace period
-/// is over. `then` receives `find`'s answer.
+/// `find` has answered and the grace period is over. `then` receives `find`'s answer.
 fn absent(
     facts: &Facts,
     recorded: Option<&String>,
     seen: &Observed,
-    ask_find: bool,
     then: impl FnOnce(Option<&VmStatus>) -> Step,
 ) -> Step {
     if let Some(recorded) = recorded {
@@ -333,10 +322,8 @@ fn absent(
             });
         }
     }
-    let found = match &seen.find {
-        Some(found) => found.as_ref(),
-        None if !ask_find => None,
-        None => return Step::Find,
+    let Some(found) = &seen.find else {
+        return Step::Find;
     };
     match found {
         Some(machine) => then(Some(machine)),

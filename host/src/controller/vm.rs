@@ -10,10 +10,8 @@
 //!   between never duplicates a machine: `create` is idempotent on the uid, and a VM without an
 //!   id is looked up with `find` wherever absence matters (deletion).
 //! - Absence proves nothing alone (see [`decide`]): a machine is recreated (Event
-//!   `ExternalVMLost`) or its finalizer released only when `get` and `find` agree (`find`
-//!   is skipped only for the one machine every create of this process answered with: it has
-//!   nothing else to show), the grace period has passed and the location is the recorded
-//!   one; a moved ProviderConfig shows
+//!   `ExternalVMLost`) or its finalizer released only when `get` and `find` agree, the grace
+//!   period has passed and the location is the recorded one; a moved ProviderConfig shows
 //!   `Synced=False`, reason `LocationChanged`.
 //! - Deletion never calls `create`. The finalizer is removed only once the provider confirms
 //!   the machine is gone, or `deletionPolicy: Orphan` says to leave it. A missing

@@ -27,7 +27,6 @@ fn facts() -> Facts {
         absence_wait: Duration::ZERO,
         never_created: false,
         sole_machine: None,
-        only_machine: None,
         day2: Day2 {
             uid: US.into(),
             desired: size(512),

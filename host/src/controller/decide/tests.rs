@@ -13,7 +13,6 @@ fn facts() -> Facts {
         absence_wait: Duration::ZERO,
         never_created: false,
         sole_machine: None,
-        only_machine: None,
         day2: Day2::default(),
     }
 }
@@ -322,63 +321,6 @@ fn the_sole_machine_is_deleted_at_once_and_its_absence_confirmed_like_any() {
     };
     let (_, asked) = run(&unknown, Some(machine("i-1", Phase::Running)), None, HERE);
     assert_eq!(asked, ["get"]);
-}
-
-#[test]
-fn the_only_machine_is_released_once_get_no_longer_sees_it_without_find() {
-    // What `Attempts` says once the delete of the machine it made alone was asked.
-    let ours = Facts {
-        deleting: true,
-        only_machine: Some("i-1".into()),
-        ..facts()
-    };
-    let after = || Observed {
-        deleted: BTreeSet::from(["i-1".to_owned()]),
-        ..Observed::default()
-    };
-    let m = machine("i-1", Phase::Running);
-    let (action, asked) = run_from(after(), &ours, None, None, HERE);
-    assert_eq!(action, Action::Release);
-    assert_eq!(
-        asked,
-        ["get", "location"],
-        "no other machine for find to show"
-    );
-    assert_eq!(
-        run_from(after(), &ours, Some(m.clone()), None, HERE).0,
-        Action::AwaitDeletion(m),
-        "still there: watch it go"
-    );
-    let young = Facts {
-        absence_wait: Duration::from_secs(3),
-        ..ours.clone()
-    };
-    assert!(
-        matches!(
-            run_from(after(), &young, None, None, HERE).0,
-            Action::AwaitAbsence { .. }
-        ),
-        "lag can hide the very machine made: the grace period still holds"
-    );
-    assert!(matches!(
-        run_from(after(), &ours, None, None, "elsewhere").0,
-        Action::LocationChanged { .. }
-    ));
-
-    // Another recorded machine than the one the creates made: find is asked.
-    let other = Facts {
-        only_machine: Some("i-0".into()),
-        ..ours.clone()
-    };
-    let (_, asked) = run_from(after(), &other, None, None, HERE);
-    assert_eq!(asked, ["get", "location", "find"]);
-    // And a lost machine is recreated only when find agrees, whatever this process knows.
-    let running = Facts {
-        only_machine: Some("i-1".into()),
-        ..facts()
-    };
-    let (_, asked) = run(&running, None, None, HERE);
-    assert_eq!(asked, ["get", "location", "find"]);
 }
 
 #[test]

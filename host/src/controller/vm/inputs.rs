@@ -54,7 +54,6 @@ pub fn facts(
         absence_wait: attempts.absence_wait(uid, grace),
         never_created: attempts.never_created(uid),
         sole_machine: attempts.sole_machine(uid),
-        only_machine: attempts.only_machine(uid),
         day2: day2::facts(vm, plugin),
     }
 }
