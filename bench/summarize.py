@@ -139,7 +139,7 @@ def requests(phase_result):
     return {**phase_result["writes"], **phase_result.get("reads", {})}
 
 
-def writes_table(groups, n, impls):
+def requests_table(groups, n, impls):
     have = [i for i in IMPLS if i in impls]
     lines = [f"Requests per VM by verb and resource, writes and reads (GET, LIST, and WATCH that "
              f"ended; mean of the runs; the driver's own writes marked, the driver's informer "
@@ -189,7 +189,7 @@ def main():
         out += ["", "More figures:", ""]
         out += table(groups, n, impls, MORE)
         out.append("")
-        out += writes_table(groups, n, impls)
+        out += requests_table(groups, n, impls)
         errors = [f"{r['label']}: {r[p]['error']}" for i in impls for r in groups[(i, n)]
                   for p in ("create", "delete") if r[p].get("error")]
         if errors:

@@ -59,7 +59,7 @@ SHAPES = {
 VERBS = ("patch", "put")
 # fieldValidation on the operator's writes: "default" sends none (the server's default, Warn:
 # unknown and duplicate fields are looked for and reported as warnings), "Ignore" skips that.
-VALIDATIONS = ("default", "Ignore", "Warn", "Strict")
+VALIDATIONS = ("default", "Ignore")
 PHASES = ("post", "finalizer", "status", "delete", "release")
 
 

@@ -23,15 +23,15 @@
 //!   finalizer, every create attempt that could have reached the cloud answered, all with
 //!   that one machine, and since then no `delete` of it was asked and no `get` showed it as
 //!   anything but this VM's own machine ([`Attempts::observe_first`]): the machine is this
-//!   VM's own (its create marked it so), so deletion asks `delete` without a `get` first. It
-//!   says nothing about absence: `get` and `find` still confirm it. Lag can hide the very
-//!   machine made from `get` for longer than the grace period while `find`'s other query
-//!   already shows it (EC2: `InvalidInstanceID.NotFound` for a fresh id, its tag filter
-//!   current); without `find` the fault matrix's row "NotFound for ids < 20 s old" leaks a
-//!   machine (`tests/tests/operator_faults.rs`, `fault_matrix`)
+//!   VM's own (its create marked it so), so deletion asks `delete` without a `get` first
 //!   (`attempts::tests::sole_machine_needs_our_finalizer_and_every_attempt_answered`; the
 //!   simulation, which loses answers and crashes between steps; and its
 //!   `a_machine_seen_under_another_mark_is_observed_before_any_delete`, for the `get`).
+//!   It says nothing about absence: `get` and `find` still confirm it. Lag can hide the very
+//!   machine made from `get` for longer than the grace period while `find`'s other query
+//!   already shows it (EC2: `InvalidInstanceID.NotFound` for a fresh id, its tag filter
+//!   current); without `find` the fault matrix's row "NotFound for ids < 20 s old" leaks a
+//!   machine (`tests/tests/operator_faults.rs`, `fault_matrix`).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
