@@ -3,9 +3,12 @@
 //! and API server under a paused clock, through thousands of seeded random schedules of
 //! faults:
 //!
-//! - the cloud lags (a new machine stays invisible to `get`, `find` and `create`'s own
-//!   idempotency check for up to [`MAX_LAG`], as moto's tag search does), loses responses after
-//!   acting, fails transiently, throttles, and takes a while to delete;
+//! - the cloud lags (a new machine stays invisible to `find` and `create`'s own idempotency
+//!   check for up to [`MAX_LAG`], as moto's tag search does, and to everything by id, `get`
+//!   and `delete` included, for up to [`MAX_ID_LAG`], past the grace period, as EC2's
+//!   `InvalidInstanceID.NotFound` for a fresh id; not at all when the schedule's plugin
+//!   declares `consistent-get`), loses responses after acting, fails transiently, throttles,
+//!   and takes a while to delete;
 //! - the operator crashes at any await point (before or after the effect lands), restarting
 //!   with a new epoch of knowledge;
 //! - the operator reads a stale view of the VM (its informer lags, monotonically);
@@ -54,6 +57,9 @@ use vmop::plugin::{
 const GRACE: Duration = Duration::from_secs(30);
 /// Read-after-write lag of the fake cloud: within the grace period, as the contract requires.
 const MAX_LAG: Duration = Duration::from_secs(20);
+/// Lag of reads and writes by id without `consistent-get`: may outlast the grace period, as
+/// the fault matrix's "NotFound for ids < 20 s old" does; `find` is what sees the machine then.
+const MAX_ID_LAG: Duration = Duration::from_secs(45);
 const UID: &str = "0b9f6c1e-uid";
 const HOME: &str = "loc-a";
 const ELSEWHERE: &str = "loc-b";
@@ -93,8 +99,11 @@ struct Machine {
     location: String,
     /// Not terminated.
     live: bool,
-    /// When reads start to see it.
+    /// When `find` (and `create`'s idempotency check) start to see it.
     visible_at: Duration,
+    /// When calls by id (`get`, `delete`, `update`, power) start to see it; a `delete` before
+    /// then answers "already gone" and does nothing, as the ec2 plugin does on EC2's NotFound.
+    by_id_at: Duration,
     /// While terminating, reads see phase Deleting until then.
     deleting_until: Option<Duration>,
     /// Powered on (`start`/`stop`, or someone at the cloud).
@@ -111,6 +120,8 @@ struct Abilities {
     power: bool,
     /// `update` resizes a running machine (else it answers needs-restart).
     live_resize: bool,
+    /// `consistent-get`: calls by id see a machine as soon as `create` answered it.
+    consistent_get: bool,
 }
 
 /// The world one schedule runs in.
@@ -222,8 +233,10 @@ impl World {
             .count()
     }
 
-    fn seen(&self, m: &Machine, at: &str) -> Option<VmStatus> {
-        if !m.live || self.now < m.visible_at || m.location != at {
+    /// What a read of `m` at `at` answers, `by_id` (`get`) or by mark (`find`).
+    fn seen(&self, m: &Machine, at: &str, by_id: bool) -> Option<VmStatus> {
+        let visible_at = if by_id { m.by_id_at } else { m.visible_at };
+        if !m.live || self.now < visible_at || m.location != at {
             return None;
         }
         let phase = match m.deleting_until {
@@ -389,12 +402,18 @@ impl Fake<'_> {
                     w.next_id += 1;
                     let id = format!("i-{}", w.next_id);
                     let lag = Duration::from_secs(w.rng.below(MAX_LAG.as_secs() + 1));
+                    let id_lag = if w.abilities.consistent_get {
+                        Duration::ZERO
+                    } else {
+                        Duration::from_secs(w.rng.below(MAX_ID_LAG.as_secs() + 1))
+                    };
                     w.machines.push(Machine {
                         id: id.clone(),
                         uid: UID.into(),
                         location: at,
                         live: true,
                         visible_at: w.now + lag,
+                        by_id_at: w.now + id_lag,
                         deleting_until: None,
                         running: true,
                         memory_mib: f.desired_mib,
@@ -453,7 +472,7 @@ impl Fake<'_> {
                 && m.live
                 && m.location == at
                 && m.deleting_until.is_none()
-                && now >= m.visible_at
+                && now >= m.by_id_at
         })
     }
 
@@ -515,7 +534,7 @@ impl Effects for Fake<'_> {
             Ok(w.machines
                 .iter()
                 .filter(|m| m.uid == UID)
-                .find_map(|m| w.seen(m, &f.location)))
+                .find_map(|m| w.seen(m, &f.location, false)))
         })
         .await
     }
@@ -526,7 +545,7 @@ impl Effects for Fake<'_> {
             Ok(w.machines
                 .iter()
                 .filter(|m| m.id == id)
-                .find_map(|m| w.seen(m, &f.location)))
+                .find_map(|m| w.seen(m, &f.location, true)))
         })
         .await
     }
@@ -551,9 +570,14 @@ impl Effects for Fake<'_> {
         self.perform(Operation::Delete, format!("delete {id}"), |f| {
             let location = f.location.clone();
             let w = &mut *f.world;
-            let until = w.now + Duration::from_secs(w.rng.below(8));
+            let (now, until) = (w.now, w.now + Duration::from_secs(w.rng.below(8)));
             for m in &mut w.machines {
-                if m.id == id && m.location == location && m.live && m.deleting_until.is_none() {
+                if m.id == id
+                    && m.location == location
+                    && m.live
+                    && m.deleting_until.is_none()
+                    && now >= m.by_id_at
+                {
                     m.deleting_until = Some(until);
                 }
             }
@@ -668,6 +692,7 @@ fn reconcile(world: &mut World, attempts: &mut Attempts) {
         capabilities: [
             ("update", world.abilities.update),
             ("power", world.abilities.power),
+            ("consistent-get", world.abilities.consistent_get),
         ]
         .into_iter()
         .filter(|(_, on)| *on)
@@ -742,6 +767,10 @@ async fn simulate(seed: u64) -> (Result<(), String>, Vec<String>) {
 
 async fn run_schedule(world: &mut World) -> Result<(), String> {
     let plan = schedule(&mut world.rng);
+    world.abilities.consistent_get = world.rng.chance(50);
+    if world.abilities.consistent_get {
+        world.note("plugin declares consistent-get".into());
+    }
     let mut attempts = Attempts::new();
     for step in 0..STEPS + SETTLE_STEPS {
         if step == STEPS {

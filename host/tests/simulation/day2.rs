@@ -168,6 +168,7 @@ pub(super) async fn run(world: &mut World) -> Result<(), String> {
         update: world.rng.chance(70),
         power: world.rng.chance(70),
         live_resize: world.rng.chance(30),
+        consistent_get: world.rng.chance(50),
     };
     let abilities = world.abilities;
     let claims = world.rng.chance(20);

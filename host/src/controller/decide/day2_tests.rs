@@ -34,6 +34,7 @@ fn facts() -> Facts {
             capabilities: Capabilities {
                 update: true,
                 power: true,
+                consistent_get: false,
             },
             ..Day2::default()
         },

@@ -324,6 +324,63 @@ fn the_sole_machine_is_deleted_at_once_and_its_absence_confirmed_like_any() {
 }
 
 #[test]
+fn a_consistent_get_confirms_the_deletion_of_the_sole_machine() {
+    let consistent = Day2 {
+        capabilities: Capabilities {
+            consistent_get: true,
+            ..Capabilities::default()
+        },
+        ..Day2::default()
+    };
+    let ours = Facts {
+        deleting: true,
+        sole_machine: Some("i-1".into()),
+        absence_wait: Duration::from_secs(3),
+        day2: consistent.clone(),
+        ..facts()
+    };
+    let after = || Observed {
+        deleted: BTreeSet::from(["i-1".to_owned()]),
+        ..Observed::default()
+    };
+    let (action, asked) = run_from(after(), &ours, None, None, HERE);
+    assert_eq!(action, Action::Release, "no grace wait either");
+    assert_eq!(asked, ["get", "location"], "no find");
+    assert!(
+        matches!(
+            run_from(after(), &ours, None, None, "elsewhere").0,
+            Action::LocationChanged { .. }
+        ),
+        "only where it was made"
+    );
+    let m = machine("i-1", Phase::Deleting);
+    assert_eq!(
+        run_from(after(), &ours, Some(m.clone()), None, HERE).0,
+        Action::AwaitDeletion(m)
+    );
+
+    // Each condition alone is not enough: find is still asked.
+    let lagging = Facts {
+        day2: Day2::default(),
+        ..ours.clone()
+    };
+    let not_sole = Facts {
+        sole_machine: None,
+        ..ours.clone()
+    };
+    for facts in [&lagging, &not_sole] {
+        let (_, asked) = run_from(after(), facts, None, None, HERE);
+        assert_eq!(asked, ["get", "location", "find"], "{facts:?}");
+    }
+    let (_, asked) = run_from(Observed::default(), &not_sole, None, None, HERE);
+    assert_eq!(
+        asked,
+        ["get", "location", "find"],
+        "not deleted in this decision"
+    );
+}
+
+#[test]
 fn deletion_without_an_id_finds_and_never_creates() {
     let deleting = Facts {
         deleting: true,
