@@ -568,18 +568,9 @@ impl Effects for Fake<'_> {
         }
         self.deletes.push(id.to_owned());
         self.perform(Operation::Delete, format!("delete {id}"), |f| {
-            let location = f.location.clone();
-            let w = &mut *f.world;
-            let (now, until) = (w.now, w.now + Duration::from_secs(w.rng.below(8)));
-            for m in &mut w.machines {
-                if m.id == id
-                    && m.location == location
-                    && m.live
-                    && m.deleting_until.is_none()
-                    && now >= m.by_id_at
-                {
-                    m.deleting_until = Some(until);
-                }
+            let until = f.world.now + Duration::from_secs(f.world.rng.below(8));
+            if let Some(m) = f.machine(id) {
+                m.deleting_until = Some(until);
             }
             Ok(())
         })

@@ -28,9 +28,9 @@
 //!   after a `delete` of that sole machine asked in this decision by a plugin that declares
 //!   `consistent-get` ([`Capabilities::consistent_get`]): then `get` alone confirms it, since
 //!   no other machine can exist and no lag can hide this one
-//!   (`tests::a_consistent_get_confirms_the_deletion_of_the_sole_machine`; without the
-//!   capability, the fault matrix's row "NotFound for ids < 20 s old" shows the leak that
-//!   skipping `find` allows).
+//!   (`tests::a_consistent_get_confirms_the_deletion_of_the_sole_machine`; the simulation's
+//!   `no_schedule_leaks_duplicates_or_sticks`, whose calls by id lag past the grace period
+//!   unless the plugin declares the capability, leaks a machine when the shortcut ignores it).
 //! - Day 2 (`converge.rs`): a paused VM asks nothing and does nothing; an `ObserveOnly` VM is
 //!   never created, updated, powered or deleted (its deletion leaves the machine); an export
 //!   whose capability the plugin lacks is never asked for (a condition says so instead); an

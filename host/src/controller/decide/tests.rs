@@ -336,7 +336,7 @@ fn a_consistent_get_confirms_the_deletion_of_the_sole_machine() {
         deleting: true,
         sole_machine: Some("i-1".into()),
         absence_wait: Duration::from_secs(3),
-        day2: consistent.clone(),
+        day2: consistent,
         ..facts()
     };
     let after = || Observed {
