@@ -172,6 +172,36 @@ async fn broken_guests_fail_the_named_check() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A plugin that declares `consistent-get` against a cloud whose reads by id lag behind
+/// `create` fails `get-after-create`, though the poll finds the machine within the grace.
+#[tokio::test]
+async fn a_lagging_get_fails_a_declared_consistent_get() -> anyhow::Result<()> {
+    let backend = Backend::lagging(None, 2).await?;
+    let options = options(
+        &backend.endpoint,
+        &[("endpoint", &backend.endpoint)],
+        &[],
+        machines::IMAGE,
+    )?;
+    let report = run("machines", &options).await?;
+    ensure!(
+        report.failed() == ["get-after-create"],
+        "failed {:?}:\n{report}",
+        report.failed()
+    );
+    let row = report.check("get-after-create").context("no row")?;
+    ensure!(
+        row.reason.contains("declares consistent-get") && row.reason.contains("2 time(s)"),
+        "{row:?}"
+    );
+    ensure!(
+        backend.live().is_empty(),
+        "left behind {:?}",
+        backend.live()
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn oversized_output_fails_output_bounds_naming_the_field() -> anyhow::Result<()> {
     let options = options(

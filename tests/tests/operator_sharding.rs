@@ -107,25 +107,34 @@ async fn wait_spread(operators: &[Operator]) -> anyhow::Result<Vec<Vec<u32>>> {
     }
 }
 
-/// Calls per VM name, each with the replica that made it, in time order.
-fn calls_by_vm(operators: &[Operator]) -> BTreeMap<String, Vec<(String, usize)>> {
-    let mut by_vm: BTreeMap<String, Vec<(String, usize)>> = BTreeMap::new();
+/// One plugin call: when it ended, the replica that made it, and the operation.
+type Call = (String, usize, String);
+
+/// Calls per VM name, in time order (a replica's own calls in its log's order).
+fn calls_by_vm(operators: &[Operator]) -> BTreeMap<String, Vec<Call>> {
+    let mut by_vm: BTreeMap<String, Vec<Call>> = BTreeMap::new();
     for (replica, operator) in operators.iter().enumerate() {
-        for ProviderCall { timestamp, vm, .. } in operator.provider_calls() {
+        for ProviderCall {
+            timestamp, vm, op, ..
+        } in operator.provider_calls()
+        {
             let name = vm.rsplit('/').next().unwrap_or_default().to_owned();
-            by_vm.entry(name).or_default().push((timestamp, replica));
+            by_vm
+                .entry(name)
+                .or_default()
+                .push((timestamp, replica, op));
         }
     }
     for calls in by_vm.values_mut() {
-        calls.sort();
+        calls.sort_by(|a, b| a.0.cmp(&b.0));
     }
     by_vm
 }
 
 /// The replicas that made calls for `vm`, in the order they took over.
-fn handovers(calls: &[(String, usize)]) -> Vec<usize> {
+fn handovers(calls: &[Call]) -> Vec<usize> {
     let mut order: Vec<usize> = Vec::new();
-    for (_, replica) in calls {
+    for (_, replica, _) in calls {
         if order.last() != Some(replica) {
             order.push(*replica);
         }
@@ -185,7 +194,7 @@ async fn three_replicas_share_the_vms_and_take_over_a_killed_ones() -> anyhow::R
     let mut served = [0usize; REPLICAS];
     for name in &names {
         let calls = before.get(name).map(Vec::as_slice).unwrap_or_default();
-        let replicas: BTreeSet<usize> = calls.iter().map(|(_, r)| *r).collect();
+        let replicas: BTreeSet<usize> = calls.iter().map(|(_, r, _)| *r).collect();
         ensure!(
             replicas.len() == 1,
             "{name} was reconciled by replicas {replicas:?} (calls {calls:?})"
@@ -208,7 +217,7 @@ async fn three_replicas_share_the_vms_and_take_over_a_killed_ones() -> anyhow::R
     // Kill replica 0 without a chance to release its Leases.
     let orphaned: Vec<&String> = names
         .iter()
-        .filter(|n| before.get(*n).and_then(|c| c.first()).map(|(_, r)| *r) == Some(0))
+        .filter(|n| before.get(*n).and_then(|c| c.first()).map(|(_, r, _)| *r) == Some(0))
         .collect();
     operators.first_mut().context("no replica")?.kill().await?;
     let killed_at = Instant::now();
@@ -218,7 +227,7 @@ async fn three_replicas_share_the_vms_and_take_over_a_killed_ones() -> anyhow::R
             .iter()
             .filter(|n| {
                 let calls = now.get(**n).map(Vec::as_slice).unwrap_or_default();
-                !calls.iter().any(|(_, r)| *r != 0)
+                !calls.iter().any(|(_, r, _)| *r != 0)
             })
             .count();
         if pending == 0 {
@@ -261,6 +270,23 @@ async fn three_replicas_share_the_vms_and_take_over_a_killed_ones() -> anyhow::R
             ok,
             "{name}: calls from replicas in the order {order:?}, interleaved: {calls:?}"
         );
+        // The testcloud declares `consistent-get`: a replica that made the machine and
+        // deletes it confirms the deletion with one `get`, no `find` (`decide.rs`).
+        if order.len() == 1 {
+            let ops: Vec<&str> = calls
+                .iter()
+                .map(|(_, _, op)| op.as_str())
+                .filter(|op| *op != "location")
+                .collect();
+            let after_delete = ops
+                .iter()
+                .rposition(|op| *op == "delete")
+                .and_then(|i| ops.get(i..));
+            ensure!(
+                after_delete == Some(&["delete", "get"][..]),
+                "{name}: plugin calls {ops:?} (expected a delete, then one get)"
+            );
+        }
     }
     Ok(())
 }

@@ -7,6 +7,7 @@
 //! token. Machines carry vmop's tags (`vmop_provider_sdk::tags`); `find` and `create` look
 //! them up by uid through `GET /v1/machines?uid=`, and the `vmop.dev/uid` tag is the machine's
 //! `owner`. The testcloud makes every machine through vmop, so `update` has nothing to claim.
+//! Its store answers a machine by id as soon as `create` returned it: `consistent-get`.
 
 use std::collections::BTreeMap;
 
@@ -19,7 +20,7 @@ use vmop_provider_sdk::{
     VmSpec, VmStatus, WIT_VERSION, info, tags, warn,
 };
 
-const CAPABILITIES: [&str; 3] = ["user-data", "update", "power"];
+const CAPABILITIES: [&str; 4] = ["user-data", "update", "power", "consistent-get"];
 
 /// A machine as the testcloud answers it (the fields this provider reads).
 #[derive(Debug, Deserialize)]

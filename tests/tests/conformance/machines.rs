@@ -4,7 +4,8 @@
 //! counts what is left, so a test can check the suite cleaned up.
 //!
 //! It knows one image, [`IMAGE`] (any other is 422), and checks the bearer token when
-//! started with one (401 otherwise).
+//! started with one (401 otherwise). Started with [`Backend::lagging`], it answers the first
+//! reads of a new machine by id with 404, as an eventually consistent cloud does.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -19,6 +20,10 @@ struct State {
     /// Live machines: id → uid.
     machines: BTreeMap<String, String>,
     next: u64,
+    /// How many reads by id of a new machine answer 404.
+    get_lag: u32,
+    /// Machine id → reads by id that will still answer 404.
+    unseen: BTreeMap<String, u32>,
 }
 
 /// A running backend; it stops when dropped.
@@ -38,9 +43,17 @@ impl Drop for Backend {
 impl Backend {
     /// Serves on a free loopback port; `token`: the bearer token every request must carry.
     pub async fn start(token: Option<&str>) -> std::io::Result<Backend> {
+        Self::lagging(token, 0).await
+    }
+
+    /// Like [`Backend::start`], but the first `gets` reads by id of each new machine answer 404.
+    pub async fn lagging(token: Option<&str>, gets: u32) -> std::io::Result<Backend> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let endpoint = format!("http://{}", listener.local_addr()?);
-        let state = Arc::new(Mutex::new(State::default()));
+        let state = Arc::new(Mutex::new(State {
+            get_lag: gets,
+            ..State::default()
+        }));
         let token = token.map(|t| format!("Bearer {t}"));
         let shared = state.clone();
         let task = tokio::spawn(async move {
@@ -162,9 +175,11 @@ fn answer(state: &mut State, method: &str, target: &str, body: &str) -> (u16, St
             state.next += 1;
             let id = format!("m-{}", state.next);
             state.machines.insert(id.clone(), field("uid"));
+            state.unseen.insert(id.clone(), state.get_lag);
             (201, row(&id))
         }
         ("GET", Some(path)) => match path.strip_prefix('/') {
+            Some(id) if lagging(state, id) => (404, "no such machine\n".to_owned()),
             Some(id) if state.machines.contains_key(id) => (200, row(id)),
             _ => (404, "no such machine\n".to_owned()),
         },
@@ -173,5 +188,16 @@ fn answer(state: &mut State, method: &str, target: &str, body: &str) -> (u16, St
             _ => (404, "no such machine\n".to_owned()),
         },
         _ => (400, format!("unknown request {method} {target}\n")),
+    }
+}
+
+/// Whether this read of `id` is one of the 404s its lag still owes (and counts it).
+fn lagging(state: &mut State, id: &str) -> bool {
+    match state.unseen.get_mut(id) {
+        Some(left) if *left > 0 => {
+            *left -= 1;
+            true
+        }
+        _ => false,
     }
 }

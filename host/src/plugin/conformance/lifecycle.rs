@@ -127,7 +127,12 @@ impl Suite<'_> {
     pub(super) async fn get_after_create(&mut self, plugin: &Plugin, id: &str) {
         let mark = self.calls.all.len();
         let (result, waited) = self.get_until(plugin, id, true).await;
+        let asked = self.calls.all.len() - mark;
         let verdict = match result {
+            Ok(Some(_)) if asked > 1 && plugin.info().has("consistent-get") => Err(format!(
+                "declares consistent-get, but get of {id} answered none {} time(s) after create",
+                asked - 1
+            )),
             Ok(Some(s)) if s.id == id => Ok(format!(
                 "{} after {}ms",
                 status_text(&s),

@@ -18,7 +18,7 @@
 //! | `create` | `create` answers a machine |
 //! | `create-idempotent` | a second `create` with the same uid answers the same id |
 //! | `find-after-create` | `find` by the uid answers that id (polled within the grace period) |
-//! | `get-after-create` | `get` of the id answers it (polled within the grace period) |
+//! | `get-after-create` | `get` of the id answers it (polled within the grace period; on the first call when the plugin declares `consistent-get`) |
 //! | `delete` | `delete` of the machine succeeds |
 //! | `delete-again` | `delete` of the deleted machine succeeds |
 //! | `delete-unknown` | `delete` of an id the cloud cannot know succeeds |
