@@ -49,7 +49,9 @@ def machine(id):
 
 class Provider(exports.Provider):
     def info(self):
-        return PluginInfo("testcloud-py", "0.1.0", WIT_VERSION, ["user-data", "power"], [])
+        # The testcloud answers a machine by id as soon as it is created: consistent-get.
+        capabilities = ["user-data", "power", "consistent-get"]
+        return PluginInfo("testcloud-py", "0.1.0", WIT_VERSION, capabilities, [])
 
     def location(self, config):
         return f"testcloud:{Config(config).require('endpoint').rstrip('/')}"
