@@ -4,8 +4,9 @@
 //!
 //! ProviderConfig settings: `endpoint` (required, in `allowedHosts`) and `tags`
 //! (`key=value,...`, also a parameter). Credentials Secret: optional `token`, sent as a bearer
-//! token. Machines carry vmop's tags (`vmop_provider_sdk::tags`); `find` and `create` look
-//! them up by uid through `GET /v1/machines?uid=`, and the `vmop.dev/uid` tag is the machine's
+//! token. Machines carry vmop's tags (`vmop_provider_sdk::tags`); `find` looks them up by uid
+//! through `GET /v1/machines?uid=`, `create` is one conditional `POST` (`ifAbsent`: the cloud
+//! answers the uid's machine if it has one), and the `vmop.dev/uid` tag is the machine's
 //! `owner`. The testcloud makes every machine through vmop, so `update` has nothing to claim.
 //! Its store answers a machine by id as soon as `create` returned it: `consistent-get`.
 
@@ -66,6 +67,7 @@ struct NewMachine<'a> {
     memory_mib: u64,
     user_data: Option<&'a str>,
     tags: BTreeMap<&'a str, &'a str>,
+    if_absent: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -125,12 +127,10 @@ impl Provider for TestCloud {
         Ok(by_uid(&api(config)?, uid)?.map(Machine::status))
     }
 
-    /// Idempotent through `find`: the testcloud itself makes a machine per request.
+    /// Idempotent in one request: the testcloud makes the machine only if the uid has none,
+    /// atomically, so racing creates make one machine too.
     fn create(config: &Config, spec: VmSpec) -> Result<VmStatus, ProviderError> {
         let api = api(config)?;
-        if let Some(existing) = by_uid(&api, &spec.uid)? {
-            return Ok(existing.status());
-        }
         let settings = config.settings.with_overrides(&spec.parameters);
         let body = NewMachine {
             uid: &spec.uid,
@@ -141,6 +141,7 @@ impl Provider for TestCloud {
             tags: tags::for_spec(&spec, settings.get("tags"))?
                 .into_iter()
                 .collect(),
+            if_absent: true,
         };
         let made: Machine = api.post("/v1/machines", &body)?;
         info!("created {} for {}/{}", made.id, spec.namespace, spec.name);

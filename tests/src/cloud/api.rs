@@ -217,8 +217,10 @@ fn create(shared: &Shared, body: &[u8]) -> Response {
             format!("no image {:?}", new.image),
         );
     }
-    let machine = shared.store().create(new);
-    json(StatusCode::CREATED, &machine)
+    match shared.store().create_if_absent(new) {
+        (machine, true) => json(StatusCode::CREATED, &machine),
+        (machine, false) => json(StatusCode::OK, &machine),
+    }
 }
 
 fn resize(shared: &Shared, id: &str, body: &[u8]) -> Response {

@@ -9,7 +9,7 @@
 //!
 //! | request | answer |
 //! |---|---|
-//! | `POST /v1/machines` `{uid, image, cpu, memoryMib, userData?, tags?}` | 201, the machine; 422 for an unknown image; 400 for a body that is not that JSON |
+//! | `POST /v1/machines` `{uid, image, cpu, memoryMib, userData?, tags?, ifAbsent?}` | 201, the machine; with `ifAbsent: true` and a machine of `uid` already there, 200 and the oldest of them instead; 422 for an unknown image; 400 for a body that is not that JSON |
 //! | `GET /v1/machines?uid=U` | 200 `{"machines": [...]}`, the machines made for `U`, oldest first (without `uid`: all) |
 //! | `GET /v1/machines/{id}` | 200, the machine; 404 |
 //! | `DELETE /v1/machines/{id}` | 204; 404 |
@@ -21,7 +21,8 @@
 //! tags, addresses, created}`. Every refusal is `{"error": code, "message": text}`. With a
 //! [`Config::token`], a request without `Authorization: Bearer <token>` is 401; with a
 //! [`Config::rate_limit`], a request beyond it is 429 with `Retry-After` (whole seconds).
-//! The cloud does not deduplicate creates by uid: that is the provider's job.
+//! The cloud deduplicates creates by uid only when asked (`ifAbsent`): otherwise that is the
+//! provider's job (the Python testcloud provider does it with `find` first).
 //!
 //! # Guarantees
 //!

@@ -43,6 +43,10 @@ pub struct NewMachine {
     pub user_data: Option<String>,
     #[serde(default)]
     pub tags: BTreeMap<String, String>,
+    /// Make the machine only if the uid has none: otherwise answer its oldest (a conditional
+    /// create, atomic in the store, as clouds' client tokens and request ids make creates).
+    #[serde(default)]
+    pub if_absent: bool,
 }
 
 /// The body of `PATCH /v1/machines/{id}`: the fields to change.
@@ -88,8 +92,20 @@ pub struct Store {
 }
 
 impl Store {
-    /// Makes a machine (running at once). The cloud does not deduplicate by uid: keeping
-    /// `create` idempotent is the provider's job, which the conformance kit checks.
+    /// The uid's oldest machine when `new.if_absent` and it has one (`false`: not made);
+    /// otherwise a new machine (`true`).
+    pub fn create_if_absent(&mut self, new: NewMachine) -> (Machine, bool) {
+        if new.if_absent
+            && let Some(existing) = self.by_uid(&new.uid).into_iter().next()
+        {
+            return (existing, false);
+        }
+        (self.create(new), true)
+    }
+
+    /// Makes a machine (running at once). Without `if_absent` the cloud does not deduplicate
+    /// by uid: keeping `create` idempotent is then the provider's job, which the conformance
+    /// kit checks.
     pub fn create(&mut self, new: NewMachine) -> Machine {
         self.next += 1;
         let n = self.next;
@@ -193,7 +209,29 @@ mod tests {
             memory_mib: 512,
             user_data: None,
             tags: BTreeMap::new(),
+            if_absent: false,
         }
+    }
+
+    #[test]
+    fn a_conditional_create_answers_the_uids_oldest_machine() {
+        let mut store = Store::default();
+        let conditional = |uid: &str| NewMachine {
+            if_absent: true,
+            ..new(uid)
+        };
+        let (first, made) = store.create_if_absent(conditional("u1"));
+        assert!(made);
+        let (again, made) = store.create_if_absent(conditional("u1"));
+        assert!(!made);
+        assert_eq!(again.id, first.id);
+        let (_, made) = store.create_if_absent(new("u1"));
+        assert!(made, "without if_absent every create makes a machine");
+        assert!(store.delete(&first.id));
+        let (other, made) = store.create_if_absent(conditional("u1"));
+        assert!(!made, "answers the uid's remaining machine");
+        assert_ne!(other.id, first.id);
+        assert_eq!(store.stats.created, 2);
     }
 
     #[test]
