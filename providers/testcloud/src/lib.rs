@@ -127,8 +127,8 @@ impl Provider for TestCloud {
         Ok(by_uid(&api(config)?, uid)?.map(Machine::status))
     }
 
-    /// Idempotent in one request: the testcloud makes the machine only if the uid has none,
-    /// atomically, so racing creates make one machine too.
+    /// Idempotent in one request: with `ifAbsent` the testcloud makes the machine only if the
+    /// uid has none, and otherwise answers the uid's oldest.
     fn create(config: &Config, spec: VmSpec) -> Result<VmStatus, ProviderError> {
         let api = api(config)?;
         let settings = config.settings.with_overrides(&spec.parameters);

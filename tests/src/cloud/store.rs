@@ -103,9 +103,9 @@ impl Store {
         (self.create(new), true)
     }
 
-    /// Makes a machine (running at once). Without `if_absent` the cloud does not deduplicate
-    /// by uid: keeping `create` idempotent is then the provider's job, which the conformance
-    /// kit checks.
+    /// Makes a machine (running at once), whatever the uid already has: keeping `create`
+    /// idempotent is then the provider's job, which the conformance kit checks.
+    /// [`Store::create_if_absent`] is the conditional create.
     pub fn create(&mut self, new: NewMachine) -> Machine {
         self.next += 1;
         let n = self.next;
