@@ -40,10 +40,11 @@ def peer_status(uid):
     return {"conditions": [READY], "id": "vm-" + uid, "observedGeneration": 1, "phase": "Running"}
 
 
-def without_synced(status_of):
+def without(status_of, *fields):
+    """status_of with the status fields named dropped ("Synced": that condition)."""
     def status(uid):
-        out = status_of(uid)
-        out["conditions"] = [c for c in out["conditions"] if c["type"] != "Synced"]
+        out = {k: v for k, v in status_of(uid).items() if k not in fields}
+        out["conditions"] = [c for c in out["conditions"] if c["type"] not in fields]
         return out
     return status
 
@@ -53,9 +54,13 @@ def without_synced(status_of):
 SHAPES = {
     "vmop": (vmop_status, {"vmop.dev/create-location": LOCATION}),
     "peer": (peer_status, {}),
-    "vmop-nosynced": (without_synced(vmop_status), {"vmop.dev/create-location": LOCATION}),
-    "vmop-lean": (without_synced(vmop_status), {}),
+    "vmop-nosynced": (without(vmop_status, "Synced"), {"vmop.dev/create-location": LOCATION}),
+    "vmop-lean": (without(vmop_status, "Synced"), {}),
 }
+# With vmop-nosynced: one shape per thing vmop stores beyond the peer, each dropped alone.
+SHAPES.update({f"vmop-no-{f.lower()}": (without(vmop_status, f), {"vmop.dev/create-location": LOCATION})
+               for f in ("addresses", "applied", "location")})
+SHAPES["vmop-no-annotation"] = (vmop_status, {})
 VERBS = ("patch", "put")
 # fieldValidation on the operator's writes: "default" sends none (the server's default, Warn:
 # unknown and duplicate fields are looked for and reported as warnings), "Ignore" skips that.

@@ -1,6 +1,6 @@
 //! The precompiled cache is trusted across restarts: a restarted operator maps the ec2 plugin
 //! from its cache directory instead of compiling it, and a flipped byte in the artifact is
-//! refused and recompiled. Also measures restart-to-Ready of a ProviderConfig, cold compile vs
+//! refused and recompiled. A cold operator compiles in a child process (`plugin::precompile`). Also measures restart-to-Ready of a ProviderConfig, cold compile vs
 //! trusted cache, in one run.
 
 use std::path::{Path, PathBuf};
@@ -16,6 +16,8 @@ use vmop_tests::operator::{Env, Operator, wait_for};
 const COMPILED: &str = "plugin compiled";
 const FROM_CACHE: &str = "plugin loaded from the precompiled cache, not compiled";
 const REFUSED: &str = "failed authentication";
+const IN_CHILD: &str = r#""in_child":true"#;
+const CHILD_FALLBACK: &str = "compiling the plugin in this process instead of a child";
 
 fn operator_bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_vmop-operator"))
@@ -72,7 +74,10 @@ async fn restarted_operator_loads_from_the_cache_and_refuses_a_flipped_byte() ->
     let cache = tempfile::tempdir()?;
 
     let (mut cold, cold_time) = start_until_ready(&env, &provider, cache.path()).await?;
-    ensure!(cold.log().contains(COMPILED), "{}", cold.log());
+    // Compiled by a `vmop precompile` child of the operator, not in the operator's memory.
+    let log = cold.log();
+    ensure!(log.contains(COMPILED) && log.contains(IN_CHILD), "{log}");
+    ensure!(!log.contains(CHILD_FALLBACK), "{log}");
     cold.kill().await?;
     let written = artifacts(cache.path())?;
     ensure!(written.len() == 1, "{written:?}");

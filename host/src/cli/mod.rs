@@ -41,6 +41,10 @@ pub enum Command {
     /// Dry run: what the operator would do next for each VirtualMachine, and why, from
     /// read-only provider calls. Exits 2 when something would change.
     Plan(plan::PlanArgs),
+    /// Internal: compile the component on stdin, write wasmtime's artifact on stdout (what
+    /// `vmop run` runs to compile a plugin outside its own memory; see `plugin::precompile`).
+    #[command(name = crate::plugin::precompile::SUBCOMMAND, hide = true)]
+    Precompile,
 }
 
 impl Cli {
@@ -53,6 +57,10 @@ impl Cli {
             Command::Crds => crds::print(),
             Command::Plugin(args) => plugin::run(args).await,
             Command::Plan(args) => plan::run(args).await,
+            Command::Precompile => Ok(crate::plugin::precompile::serve(
+                std::io::stdin().lock(),
+                std::io::stdout().lock(),
+            )?),
         }
     }
 }

@@ -12,6 +12,7 @@ use futures::FutureExt;
 use crate::controller::{self, Options};
 use crate::leader::shards::ShardConfig;
 use crate::leader::{LeaderElector, LeaseConfig, default_identity};
+use crate::plugin::precompile::Compiler;
 use crate::plugin::{CallLimits, EngineConfig, PluginEngine, PluginRegistry, RegistryConfig};
 use crate::telemetry::health::Readiness;
 use crate::telemetry::metrics::Metrics;
@@ -134,7 +135,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             args.plugin_dir.display()
         )
     })?
-    .with_metrics(metrics.clone());
+    .with_metrics(metrics.clone())
+    .with_compiler(Compiler::Child {
+        exe: PathBuf::from("/proc/self/exe"),
+    });
     let watcher = registry.watch(args.plugin_poll_interval);
 
     let mut options = Options::new(operator_namespace.clone());

@@ -178,7 +178,10 @@ impl PluginEngine {
     }
 }
 
-fn on_demand_engine() -> Result<Engine, EngineError> {
+/// The engine without the pooling allocator: the same compatibility hash as the pooling one
+/// (`precompile::tests::what_serve_writes_deserializes_into_the_operators_pooling_engine`), so
+/// a `vmop precompile` child needs no pool.
+pub(crate) fn on_demand_engine() -> Result<Engine, EngineError> {
     Engine::new(&wasmtime_config(None)).map_err(|e| EngineError::Create(e.into()))
 }
 

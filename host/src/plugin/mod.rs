@@ -9,6 +9,7 @@
 //! - [`signing`]: host-side request signing (the plugin never holds the credential).
 //! - [`redact`]: Secret values replaced in everything a plugin says.
 //! - [`cache`]: authenticated precompiled artifacts on disk.
+//! - [`precompile`]: compiling in this process or in a `vmop precompile` child.
 
 mod bindings;
 pub mod bounds;
@@ -19,6 +20,7 @@ pub mod egress;
 pub mod engine;
 mod files;
 mod output;
+pub mod precompile;
 pub mod redact;
 pub mod registry;
 pub mod sandbox;

@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::plugin::engine::WasmError;
+use crate::plugin::precompile::CompileError;
 use crate::plugin::sandbox::CallError;
 
 #[derive(Debug, thiserror::Error)]
@@ -23,11 +24,11 @@ pub enum LoadError {
     Changed { path: PathBuf },
     #[error("plugin digest mismatch: pinned sha256 {expected}, file has {actual}")]
     DigestMismatch { expected: String, actual: String },
-    #[error("plugin {path} is not a valid WebAssembly component")]
+    #[error("plugin {path} could not be compiled")]
     Compile {
         path: PathBuf,
         #[source]
-        source: WasmError,
+        source: CompileError,
     },
     #[error("compilation of plugin {path} did not complete")]
     CompileTask {

@@ -186,6 +186,8 @@ impl PluginRegistry {
         let cache = self.inner.cache.clone();
         let key = digest.to_string();
         let max = self.max_plugin_bytes();
+        let compiler = self.compiler();
+        let in_child = compiler.is_child();
         let (rel_owned, full) = (rel.to_path_buf(), full.to_path_buf());
         let started = Instant::now();
         let task = tokio::task::spawn_blocking(move || {
@@ -200,10 +202,11 @@ impl PluginRegistry {
             if digest != key {
                 return Err(LoadError::Changed { path: rel_owned });
             }
-            let component =
-                Component::new(engine.engine(), &bytes).map_err(|e| LoadError::Compile {
+            let component = compiler
+                .compile(engine.engine(), &bytes)
+                .map_err(|source| LoadError::Compile {
                     path: rel_owned.clone(),
-                    source: e.into(),
+                    source,
                 })?;
             drop(bytes);
             if let Some(cache) = &cache
@@ -222,7 +225,7 @@ impl PluginRegistry {
             tracing::info!(path = %rel.display(), digest, ?elapsed, "plugin loaded from the precompiled cache, not compiled");
             self.inner.disk_hits.fetch_add(1, Ordering::Relaxed);
         } else {
-            tracing::info!(path = %rel.display(), digest, ?elapsed, "plugin compiled");
+            tracing::info!(path = %rel.display(), digest, ?elapsed, in_child, "plugin compiled");
             self.inner.compiled.fetch_add(1, Ordering::Relaxed);
         }
         Ok(component)

@@ -9,8 +9,10 @@
 //! - One [`Plugin`] per digest: loading the same content again (another path, another
 //!   ProviderConfig, a file touched without changes) reuses it ([`RegistryStats::digest_hits`]).
 //! - Compilation runs on the blocking pool, never on the caller's async worker, one at a time
-//!   (a compile of a Python or JavaScript plugin takes ~400 MB and seconds of CPU); an
-//!   authenticated artifact from the [`ArtifactCache`] replaces it, also after a restart.
+//!   (a compile of a Python or JavaScript plugin takes ~400 MB and seconds of CPU), in this
+//!   process or, with [`PluginRegistry::with_compiler`], in a child that gives that memory back
+//!   ([`super::precompile`]); an authenticated artifact from the [`ArtifactCache`] replaces it,
+//!   also after a restart.
 //! - A file over [`PluginRegistry::with_max_plugin_bytes`] (default
 //!   [`DEFAULT_MAX_PLUGIN_BYTES`]) is refused ([`LoadError::TooLarge`]) without being read; the
 //!   digest is computed streaming (see `files.rs`).
@@ -60,6 +62,7 @@ use super::component::Plugin;
 use super::engine::PluginEngine;
 pub use super::files::DEFAULT_MAX_PLUGIN_BYTES;
 use super::files::{FileStamp, relative};
+use super::precompile::Compiler;
 use super::sandbox::CallLimits;
 use crate::telemetry::metrics::Metrics;
 
@@ -106,6 +109,7 @@ struct Inner {
     digest_hits: AtomicU64,
     max_plugin_bytes: AtomicU64,
     metrics: OnceLock<Metrics>,
+    compiler: OnceLock<Compiler>,
 }
 
 /// Whether a successful load did real work or was answered from memory.
@@ -156,6 +160,7 @@ impl PluginRegistry {
                 digest_hits: AtomicU64::new(0),
                 max_plugin_bytes: AtomicU64::new(DEFAULT_MAX_PLUGIN_BYTES),
                 metrics: OnceLock::new(),
+                compiler: OnceLock::new(),
             }),
         })
     }
@@ -171,6 +176,17 @@ impl PluginRegistry {
     pub fn with_max_plugin_bytes(self, max: u64) -> Self {
         self.inner.max_plugin_bytes.store(max, Ordering::Relaxed);
         self
+    }
+
+    /// Compiles with `compiler` instead of in this process (see [`Compiler`]). The first call
+    /// wins, later ones are ignored.
+    pub fn with_compiler(self, compiler: Compiler) -> Self {
+        let _ = self.inner.compiler.set(compiler);
+        self
+    }
+
+    fn compiler(&self) -> Compiler {
+        self.inner.compiler.get().cloned().unwrap_or_default()
     }
 
     fn max_plugin_bytes(&self) -> u64 {

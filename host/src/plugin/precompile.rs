@@ -1,0 +1,269 @@
+//! Where a plugin is compiled: in this process ([`Compiler::InProcess`], the default), or in a
+//! child process running this binary's hidden `vmop precompile` ([`Compiler::Child`], what
+//! `vmop run` uses), which reads the component on stdin and writes wasmtime's artifact on
+//! stdout for this process to map.
+//!
+//! # Why a child
+//!
+//! Compiling runs Cranelift: its code (megabytes of the binary's text) is paged in, and its
+//! working memory (tens of MiB for a Rust plugin, about 400 MB for a Python or JavaScript one)
+//! goes back to the allocator, which keeps much of it. In the operator's own process both stay
+//! resident for the process's lifetime: `bench/run.sh` measured the operator's peak RSS at
+//! 47.5–48.2 MiB after compiling the testcloud plugin against 31.0 MiB when it mapped the
+//! cached artifact instead. A child gives all of it back when it exits. The memory budget is
+//! unchanged (`EngineConfig::memory_budget` still counts one compilation: the child runs in the
+//! operator's container), but it is spent once per plugin digest, not kept.
+//!
+//! A child that dies (the kernel's OOM killer picks the largest process of the container: the
+//! compiler) fails that plugin's load with [`CompileError::Killed`]; the operator keeps serving
+//! every other plugin. A child that cannot be started, or whose artifact this engine refuses
+//! (another wasmtime build behind `/proc/self/exe`), is not a plugin's fault: the component is
+//! compiled in this process instead, with a warning.
+
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::process::{Command, ExitStatus, Stdio};
+
+use wasmtime::Engine;
+use wasmtime::component::Component;
+
+use super::engine::{WasmError, on_demand_engine};
+
+/// The hidden subcommand a [`Compiler::Child`] runs.
+pub const SUBCOMMAND: &str = "precompile";
+/// The largest artifact read from a child: a compiled Python or JavaScript plugin is about
+/// 100 MB, and the disk cache keeps 192 MiB in all.
+pub const MAX_ARTIFACT_BYTES: usize = 512 << 20;
+/// How much of a failed child's stderr becomes the error message.
+const MAX_MESSAGE_BYTES: usize = 4 << 10;
+
+/// Where components are compiled.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Compiler {
+    /// With this process's engine, on the calling (blocking) thread.
+    #[default]
+    InProcess,
+    /// `exe precompile` in a child process; `exe` is this binary (`/proc/self/exe`).
+    Child { exe: PathBuf },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CompileError {
+    #[error("the component does not compile")]
+    Invalid(#[source] WasmError),
+    #[error("the compiler process refused the component: {0}")]
+    Refused(String),
+    #[error("the compiler process ended without an artifact ({0}): killed for memory or time?")]
+    Killed(ExitStatus),
+    #[error("the compiler process wrote more than {MAX_ARTIFACT_BYTES} bytes")]
+    TooLarge,
+}
+
+/// Why a child gave no usable artifact although the component may be fine.
+#[derive(Debug, thiserror::Error)]
+enum ChildUnavailable {
+    #[error("could not run {exe}")]
+    Spawn {
+        exe: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("this engine refuses the child's artifact")]
+    Incompatible(#[source] WasmError),
+}
+
+impl Compiler {
+    /// Compiles `wasm` for `engine`. Runs on a blocking thread.
+    pub fn compile(&self, engine: &Engine, wasm: &[u8]) -> Result<Component, CompileError> {
+        let Compiler::Child { exe } = self else {
+            return in_process(engine, wasm);
+        };
+        match in_child(exe, engine, wasm) {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                tracing::warn!(error = %e, source = ?std::error::Error::source(&e), "compiling the plugin in this process instead of a child");
+                in_process(engine, wasm)
+            }
+        }
+    }
+
+    /// Whether compiles leave this process.
+    pub fn is_child(&self) -> bool {
+        matches!(self, Compiler::Child { .. })
+    }
+}
+
+fn in_process(engine: &Engine, wasm: &[u8]) -> Result<Component, CompileError> {
+    Component::new(engine, wasm).map_err(|e| CompileError::Invalid(e.into()))
+}
+
+/// The child's outcome for the component, or why there is none to judge it by.
+fn in_child(
+    exe: &PathBuf,
+    engine: &Engine,
+    wasm: &[u8],
+) -> Result<Result<Component, CompileError>, ChildUnavailable> {
+    let spawn = |source| ChildUnavailable::Spawn {
+        exe: exe.clone(),
+        source,
+    };
+    let mut child = Command::new(exe)
+        .arg(SUBCOMMAND)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(spawn)?;
+    if let Some(mut stdin) = child.stdin.take() {
+        // A child that exits before reading everything says why on stderr: read that below.
+        match stdin.write_all(wasm) {
+            Err(e) if e.kind() != io::ErrorKind::BrokenPipe => return Err(spawn(e)),
+            _ => {}
+        }
+    }
+    let output = child.wait_with_output().map_err(spawn)?;
+    if !output.status.success() {
+        return Ok(Err(match output.status.code() {
+            Some(_) => CompileError::Refused(message(&output.stderr)),
+            None => CompileError::Killed(output.status),
+        }));
+    }
+    if output.stdout.len() > MAX_ARTIFACT_BYTES {
+        return Ok(Err(CompileError::TooLarge));
+    }
+    deserialize(engine, &output.stdout)
+        .map(Ok)
+        .map_err(|e| ChildUnavailable::Incompatible(e.into()))
+}
+
+/// The last line of a failed child's stderr (its `Error: …`), bounded.
+fn message(stderr: &[u8]) -> String {
+    let text = String::from_utf8_lossy(stderr);
+    let last = text
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    let mut end = last.len().min(MAX_MESSAGE_BYTES);
+    while !last.is_char_boundary(end) {
+        end -= 1;
+    }
+    last.get(..end).unwrap_or_default().to_owned()
+}
+
+/// Deserializes what a [`Compiler::Child`] wrote on its stdout.
+#[allow(unsafe_code)]
+fn deserialize(engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Component> {
+    // SAFETY: the bytes are wasmtime's own artifact, written by this very executable
+    // (`/proc/self/exe`) into a pipe only this process reads; wasmtime checks the version and
+    // engine settings recorded in them against `engine` before using anything.
+    unsafe { Component::deserialize(engine, bytes) }
+}
+
+/// The child's side (`vmop precompile`): the component on `input`, the artifact for an engine
+/// configured like the operator's on `output`.
+pub fn serve(mut input: impl io::Read, mut output: impl Write) -> Result<(), PrecompileError> {
+    let mut wasm = Vec::new();
+    input.read_to_end(&mut wasm).map_err(PrecompileError::Io)?;
+    let engine = on_demand_engine().map_err(PrecompileError::Engine)?;
+    let artifact = engine
+        .precompile_component(&wasm)
+        .map_err(|e| PrecompileError::Compile(format!("{e:#}")))?;
+    drop(wasm);
+    output.write_all(&artifact).map_err(PrecompileError::Io)?;
+    output.flush().map_err(PrecompileError::Io)
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PrecompileError {
+    #[error("failed to create the engine")]
+    Engine(#[source] super::engine::EngineError),
+    /// wasmtime's error chain on one line: the parent reports the last line of stderr.
+    #[error("the component does not compile: {0}")]
+    Compile(String),
+    #[error("failed to read the component or write the artifact")]
+    Io(#[source] io::Error),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `(component)` in the binary format.
+    const EMPTY_COMPONENT: &[u8] = &[0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00];
+
+    fn engine() -> Engine {
+        on_demand_engine().unwrap()
+    }
+
+    #[test]
+    fn a_child_that_cannot_start_leaves_the_compile_to_this_process() {
+        let compiler = Compiler::Child {
+            exe: PathBuf::from("/nonexistent/vmop"),
+        };
+        assert!(compiler.compile(&engine(), EMPTY_COMPONENT).is_ok());
+    }
+
+    #[test]
+    fn a_childs_refusal_is_the_components_error_with_its_last_stderr_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join("refuses");
+        std::fs::write(
+            &exe,
+            "#!/bin/sh\necho noise >&2\necho 'Error: not a component' >&2\nexit 1\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&exe, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let err = Compiler::Child { exe }
+            .compile(&engine(), EMPTY_COMPONENT)
+            .unwrap_err();
+        assert!(
+            matches!(&err, CompileError::Refused(m) if m == "Error: not a component"),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn a_killed_child_fails_the_load_and_compiles_nothing_here() {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join("killed");
+        std::fs::write(&exe, "#!/bin/sh\nkill -9 $$\n").unwrap();
+        std::fs::set_permissions(&exe, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let err = Compiler::Child { exe }
+            .compile(&engine(), EMPTY_COMPONENT)
+            .unwrap_err();
+        assert!(matches!(err, CompileError::Killed(_)), "{err:?}");
+    }
+
+    #[test]
+    fn an_artifact_this_engine_refuses_leaves_the_compile_to_this_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join("garbage");
+        std::fs::write(&exe, "#!/bin/sh\ncat >/dev/null\necho not-an-artifact\n").unwrap();
+        std::fs::set_permissions(&exe, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        assert!(
+            Compiler::Child { exe }
+                .compile(&engine(), EMPTY_COMPONENT)
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn what_serve_writes_deserializes_into_the_operators_pooling_engine() {
+        let mut artifact = Vec::new();
+        serve(EMPTY_COMPONENT, &mut artifact).unwrap();
+        let pooling = super::super::engine::PluginEngine::new(&Default::default()).unwrap();
+        assert!(pooling.is_pooling(), "the test machine supports pooling");
+        deserialize(pooling.engine(), &artifact).unwrap();
+    }
+
+    #[test]
+    fn a_long_message_is_cut_on_a_char_boundary() {
+        let long = "é".repeat(MAX_MESSAGE_BYTES);
+        let m = message(long.as_bytes());
+        assert!(m.len() <= MAX_MESSAGE_BYTES && m.chars().all(|c| c == 'é'));
+    }
+}
