@@ -14,7 +14,8 @@
 # VMOP: a vmop binary to measure instead of building target/release/vmop (e.g.
 # target/release/vmop-operator, the same CLI built inside the test package); VMOP_BASE: a second
 # vmop binary, measured as impl `base` (IMPLS="base vmop peer") with ratios vmop/base: before and
-# after a change in one run.
+# after a change in one run. PLUGIN: another component for the testcloud, e.g. the Python one the
+# test package builds (target/wasm-guests/python/vmop_provider_testcloud_py.wasm).
 # For each N and each rep the runs alternate floor, vmop, peer, each in its own namespace, in that
 # order on odd rounds and reversed on even ones, so that no impl always runs first or last (the
 # machine drifts over a session: the summary lists the load average at each run's start).
@@ -60,7 +61,7 @@ eval "$(scripts/prepare.sh)"
 target=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 bin=$work/bin
 mkdir -p "$bin" "$work/plugins" "$work/vmop-cache" "$work/logs"
-wasm=$target/wasm-guests/wasm32-wasip2/release/vmop_provider_testcloud.wasm
+wasm=${PLUGIN:-$target/wasm-guests/wasm32-wasip2/release/vmop_provider_testcloud.wasm}
 if [ "$build" = 1 ]; then
   if [ -z "${VMOP:-}" ]; then
     say "building vmop and vmop-testcloud (release)"
@@ -157,6 +158,9 @@ run() { # IMPL N REP
                --max-concurrent-reconciles 16) ;;
     *) echo "run.sh: unknown implementation $impl (floor, base, vmop, peer, vmop-xK)" >&2; return 1 ;;
   esac
+  # Every vmop run starts as a new pod does, with an empty plugin cache (the chart's emptyDir):
+  # it compiles the plugin at start, and what that leaves in its memory counts.
+  rm -rf "$work/vmop-cache" && mkdir -p "$work/vmop-cache"
   local extra=(-idle "$idle")
   [ "$impl" = floor ] && extra=(-floor -idle 0s) # no operator to watch idling
   printf '%s\t%s\n' "$impl N=$n #$rep" "$(cut -d' ' -f1-3 /proc/loadavg)" >>"$work/loads.tsv"
