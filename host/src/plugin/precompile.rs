@@ -33,8 +33,9 @@ use super::engine::{WasmError, on_demand_engine};
 
 /// The hidden subcommand a [`Compiler::Child`] runs.
 pub const SUBCOMMAND: &str = "precompile";
-/// The largest artifact read from a child: a compiled Python or JavaScript plugin is about
-/// 100 MB, and the disk cache keeps 192 MiB in all.
+/// The largest artifact accepted from a child (this binary: its output is read whole, then
+/// checked): a compiled Python or JavaScript plugin is about 100 MB, and the disk cache keeps
+/// 192 MiB in all.
 pub const MAX_ARTIFACT_BYTES: usize = 512 << 20;
 /// How much of a failed child's stderr becomes the error message.
 const MAX_MESSAGE_BYTES: usize = 4 << 10;
