@@ -75,29 +75,40 @@ enum ChildUnavailable {
     Incompatible(#[source] WasmError),
 }
 
+/// A compiled component, and where it was compiled.
+#[derive(Debug)]
+pub struct Compiled {
+    pub component: Component,
+    /// `false` also when a [`Compiler::Child`] fell back to this process.
+    pub in_child: bool,
+}
+
 impl Compiler {
     /// Compiles `wasm` for `engine`. Runs on a blocking thread.
-    pub fn compile(&self, engine: &Engine, wasm: &[u8]) -> Result<Component, CompileError> {
+    pub fn compile(&self, engine: &Engine, wasm: &[u8]) -> Result<Compiled, CompileError> {
         let Compiler::Child { exe } = self else {
             return in_process(engine, wasm);
         };
         match in_child(exe, engine, wasm) {
-            Ok(outcome) => outcome,
+            Ok(outcome) => outcome.map(|component| Compiled {
+                component,
+                in_child: true,
+            }),
             Err(e) => {
                 tracing::warn!(error = %e, source = ?std::error::Error::source(&e), "compiling the plugin in this process instead of a child");
                 in_process(engine, wasm)
             }
         }
     }
-
-    /// Whether compiles leave this process.
-    pub fn is_child(&self) -> bool {
-        matches!(self, Compiler::Child { .. })
-    }
 }
 
-fn in_process(engine: &Engine, wasm: &[u8]) -> Result<Component, CompileError> {
-    Component::new(engine, wasm).map_err(|e| CompileError::Invalid(e.into()))
+fn in_process(engine: &Engine, wasm: &[u8]) -> Result<Compiled, CompileError> {
+    Component::new(engine, wasm)
+        .map(|component| Compiled {
+            component,
+            in_child: false,
+        })
+        .map_err(|e| CompileError::Invalid(e.into()))
 }
 
 /// The child's outcome for the component, or why there is none to judge it by.
@@ -204,7 +215,8 @@ mod tests {
         let compiler = Compiler::Child {
             exe: PathBuf::from("/nonexistent/vmop"),
         };
-        assert!(compiler.compile(&engine(), EMPTY_COMPONENT).is_ok());
+        let compiled = compiler.compile(&engine(), EMPTY_COMPONENT).unwrap();
+        assert!(!compiled.in_child);
     }
 
     #[test]
@@ -247,11 +259,10 @@ mod tests {
         std::fs::write(&exe, "#!/bin/sh\ncat >/dev/null\necho not-an-artifact\n").unwrap();
         std::fs::set_permissions(&exe, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .unwrap();
-        assert!(
-            Compiler::Child { exe }
-                .compile(&engine(), EMPTY_COMPONENT)
-                .is_ok()
-        );
+        let compiled = Compiler::Child { exe }
+            .compile(&engine(), EMPTY_COMPONENT)
+            .unwrap();
+        assert!(!compiled.in_child);
     }
 
     #[test]

@@ -15,6 +15,7 @@ use crate::plugin::component::{Plugin, exported_wit_version};
 use crate::plugin::files::{
     FileStamp, check_pin, digest_file, parse_pin, read_file, relative, wit_compatible,
 };
+use crate::plugin::precompile::Compiled;
 use crate::plugin::sandbox::CallContext;
 use crate::telemetry::metrics::LoadOutcome;
 
@@ -187,13 +188,12 @@ impl PluginRegistry {
         let key = digest.to_string();
         let max = self.max_plugin_bytes();
         let compiler = self.compiler();
-        let in_child = compiler.is_child();
         let (rel_owned, full) = (rel.to_path_buf(), full.to_path_buf());
         let started = Instant::now();
         let task = tokio::task::spawn_blocking(move || {
             if let Some(cache) = &cache {
                 match cache.load(engine.engine(), &key) {
-                    Ok(Some(component)) => return Ok((component, true)),
+                    Ok(Some(component)) => return Ok((component, Origin::Disk)),
                     Ok(None) => {}
                     Err(e) => tracing::warn!(error = %e, "ignoring unusable cached artifact"),
                 }
@@ -202,7 +202,10 @@ impl PluginRegistry {
             if digest != key {
                 return Err(LoadError::Changed { path: rel_owned });
             }
-            let component = compiler
+            let Compiled {
+                component,
+                in_child,
+            } = compiler
                 .compile(engine.engine(), &bytes)
                 .map_err(|source| LoadError::Compile {
                     path: rel_owned.clone(),
@@ -214,20 +217,31 @@ impl PluginRegistry {
             {
                 tracing::warn!(error = %e, "could not cache the compiled plugin");
             }
-            Ok::<_, LoadError>((component, false))
+            Ok::<_, LoadError>((component, Origin::Compiled { in_child }))
         });
-        let (component, from_disk) = task.await.map_err(|source| LoadError::CompileTask {
+        let (component, origin) = task.await.map_err(|source| LoadError::CompileTask {
             path: rel.to_path_buf(),
             source,
         })??;
         let elapsed = started.elapsed();
-        if from_disk {
-            tracing::info!(path = %rel.display(), digest, ?elapsed, "plugin loaded from the precompiled cache, not compiled");
-            self.inner.disk_hits.fetch_add(1, Ordering::Relaxed);
-        } else {
-            tracing::info!(path = %rel.display(), digest, ?elapsed, in_child, "plugin compiled");
-            self.inner.compiled.fetch_add(1, Ordering::Relaxed);
+        match origin {
+            Origin::Disk => {
+                tracing::info!(path = %rel.display(), digest, ?elapsed, "plugin loaded from the precompiled cache, not compiled");
+                self.inner.disk_hits.fetch_add(1, Ordering::Relaxed);
+            }
+            Origin::Compiled { in_child } => {
+                tracing::info!(path = %rel.display(), digest, ?elapsed, in_child, "plugin compiled");
+                self.inner.compiled.fetch_add(1, Ordering::Relaxed);
+            }
         }
         Ok(component)
     }
+}
+
+/// Where a loaded component came from.
+enum Origin {
+    /// The authenticated disk cache.
+    Disk,
+    /// A compile, in a child process or in this one.
+    Compiled { in_child: bool },
 }
