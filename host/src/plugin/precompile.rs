@@ -18,12 +18,15 @@
 //!
 //! A child that dies (the kernel's OOM killer picks the largest process of the container: the
 //! compiler) fails that plugin's load with [`CompileError::Killed`]; the operator keeps serving
-//! every other plugin. A child that cannot be started, or whose artifact this engine refuses
-//! (another wasmtime build behind `/proc/self/exe`), is not a plugin's fault: the component is
-//! compiled in this process instead, with a warning.
+//! every other plugin (`tests::a_killed_child_fails_the_load_and_compiles_nothing_here`). A
+//! child that cannot be started, or whose artifact this engine refuses (another wasmtime build
+//! behind `/proc/self/exe`), is not a plugin's fault: the component is compiled in this process
+//! instead, with a warning (`tests::a_child_that_cannot_start_leaves_the_compile_to_this_process`,
+//! `tests::an_artifact_this_engine_refuses_leaves_the_compile_to_this_process`). That `vmop run`
+//! compiles in a child is checked on the real operator by `tests/tests/cache_restart.rs`.
 
 use std::io::{self, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 
 use wasmtime::Engine;
@@ -113,12 +116,12 @@ fn in_process(engine: &Engine, wasm: &[u8]) -> Result<Compiled, CompileError> {
 
 /// The child's outcome for the component, or why there is none to judge it by.
 fn in_child(
-    exe: &PathBuf,
+    exe: &Path,
     engine: &Engine,
     wasm: &[u8],
 ) -> Result<Result<Component, CompileError>, ChildUnavailable> {
     let spawn = |source| ChildUnavailable::Spawn {
-        exe: exe.clone(),
+        exe: exe.to_path_buf(),
         source,
     };
     let mut child = Command::new(exe)
@@ -210,6 +213,17 @@ mod tests {
         on_demand_engine().unwrap()
     }
 
+    /// A stand-in for `vmop precompile`: a shell script with `body`, in a directory that lives
+    /// as long as the returned guard.
+    fn child(body: &str) -> (tempfile::TempDir, Compiler) {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join("child");
+        std::fs::write(&exe, format!("#!/bin/sh\n{body}")).unwrap();
+        std::fs::set_permissions(&exe, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        (dir, Compiler::Child { exe })
+    }
+
     #[test]
     fn a_child_that_cannot_start_leaves_the_compile_to_this_process() {
         let compiler = Compiler::Child {
@@ -221,18 +235,8 @@ mod tests {
 
     #[test]
     fn a_childs_refusal_is_the_components_error_with_its_last_stderr_line() {
-        let dir = tempfile::tempdir().unwrap();
-        let exe = dir.path().join("refuses");
-        std::fs::write(
-            &exe,
-            "#!/bin/sh\necho noise >&2\necho 'Error: not a component' >&2\nexit 1\n",
-        )
-        .unwrap();
-        std::fs::set_permissions(&exe, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
-        let err = Compiler::Child { exe }
-            .compile(&engine(), EMPTY_COMPONENT)
-            .unwrap_err();
+        let (_dir, compiler) = child("echo noise >&2\necho 'Error: not a component' >&2\nexit 1\n");
+        let err = compiler.compile(&engine(), EMPTY_COMPONENT).unwrap_err();
         assert!(
             matches!(&err, CompileError::Refused(m) if m == "Error: not a component"),
             "{err:?}"
@@ -241,27 +245,15 @@ mod tests {
 
     #[test]
     fn a_killed_child_fails_the_load_and_compiles_nothing_here() {
-        let dir = tempfile::tempdir().unwrap();
-        let exe = dir.path().join("killed");
-        std::fs::write(&exe, "#!/bin/sh\nkill -9 $$\n").unwrap();
-        std::fs::set_permissions(&exe, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
-        let err = Compiler::Child { exe }
-            .compile(&engine(), EMPTY_COMPONENT)
-            .unwrap_err();
+        let (_dir, compiler) = child("kill -9 $$\n");
+        let err = compiler.compile(&engine(), EMPTY_COMPONENT).unwrap_err();
         assert!(matches!(err, CompileError::Killed(_)), "{err:?}");
     }
 
     #[test]
     fn an_artifact_this_engine_refuses_leaves_the_compile_to_this_process() {
-        let dir = tempfile::tempdir().unwrap();
-        let exe = dir.path().join("garbage");
-        std::fs::write(&exe, "#!/bin/sh\ncat >/dev/null\necho not-an-artifact\n").unwrap();
-        std::fs::set_permissions(&exe, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
-        let compiled = Compiler::Child { exe }
-            .compile(&engine(), EMPTY_COMPONENT)
-            .unwrap();
+        let (_dir, compiler) = child("cat >/dev/null\necho not-an-artifact\n");
+        let compiled = compiler.compile(&engine(), EMPTY_COMPONENT).unwrap();
         assert!(!compiled.in_child);
     }
 
