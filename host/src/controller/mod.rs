@@ -23,6 +23,7 @@ pub mod provider;
 pub mod provider_config;
 pub mod relist;
 pub mod sharding;
+mod task;
 pub mod vm;
 pub mod vm_status;
 pub mod watches;
@@ -259,7 +260,7 @@ pub async fn run(
             log_outcome("ProviderConfig", result);
             future::ready(())
         });
-    futures::join!(vms, pcs);
+    futures::join!(task::run_as_task(vms), task::run_as_task(pcs));
     fanout.abort();
     if let Some(sharding) = sharding {
         // Stopped by the same shutdown: wait for the Leases to be handed over.
