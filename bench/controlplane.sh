@@ -45,7 +45,8 @@ for _ in $(seq 100); do curl -sf http://127.0.0.1:$p1/health | grep -q '"health"
   --client-ca-file="$dir/pki/ca.crt" --secure-port=$p3 --bind-address=127.0.0.1 \
   --advertise-address=127.0.0.1 --endpoint-reconciler-type=none \
   --service-cluster-ip-range=10.0.0.0/24 --allow-privileged=true --authorization-mode=RBAC \
-  --disable-admission-plugins=ServiceAccount --service-account-issuer=https://127.0.0.1:$p3 \
+  --disable-admission-plugins=ServiceAccount --feature-gates=ShardedListAndWatch=true \
+  --service-account-issuer=https://127.0.0.1:$p3 \
   --service-account-key-file="$dir/pki/sa.pub" --service-account-signing-key-file="$dir/pki/sa.key" \
   >"$dir/kube-apiserver.log" 2>&1 &
 echo $! >"$dir/apiserver.pid"

@@ -7,7 +7,9 @@ server's cost of a shape (what vmop stores, what the peer stores) and of a verb 
 patch vmop adds its finalizer with, the PUT the peer uses) is measured apart from any
 operator's own CPU. Per VM: the driver's POST, the finalizer write, one status PUT, DELETE,
 and the PUT that removes the finalizer; one watch on all VirtualMachines stands in for the
-operator's. CPU is read from /proc/PID/stat of kube-apiserver around each phase.
+operator's. CPU is read from /proc/PID/stat of kube-apiserver around each phase. The table's
+last column is the size of one Ready VM of each shape as the API server answers it (compact
+JSON, managed fields included): a count, not a timing, the same on every machine.
 
 The shapes are copies of a Ready VM as vmop (testcloud plugin) and the peer wrote them in
 `bench/run.sh` on 2026-12-02: when either changes what it writes, update them here.
@@ -136,7 +138,8 @@ def phase(cluster, work, n, workers):
 
 
 def lifecycle(cluster, ns, variant, n, workers):
-    """Apiserver CPU ms per VM for each phase of n VMs in namespace ns."""
+    """Apiserver CPU ms per VM for each phase of n VMs in namespace ns, and the bytes of one
+    Ready VM as the API server answers it (managed fields included, compact JSON)."""
     shape, verb, validation = variant
     status_of, annotations = SHAPES[shape]
     base = f"/apis/vmop.dev/v1alpha1/namespaces/{ns}/virtualmachines"
@@ -182,12 +185,14 @@ def lifecycle(cluster, ns, variant, n, workers):
         return put(f"{base}/vm-{i}", vm)
 
     # Each phase works on the objects the previous one's answers returned.
-    vms = None
+    vms, size = None, 0
     for name, work in zip(PHASES, (post, add_finalizer, write_status, delete, release)):
         vms, cpu = phase(cluster, work, n, workers)
         spent[name] = cpu / n * 1000
+        if name == "status":
+            size = len(json.dumps(vms[0], separators=(",", ":")))
     cluster.request("DELETE", f"/api/v1/namespaces/{ns}")
-    return spent
+    return spent, size
 
 
 def name(variant):
@@ -215,11 +220,12 @@ def main():
                      "the shapes must include peer and the validations default")
     variants = [(s, v, f) for s in shapes for v in verbs for f in validations]
     runs = {variant: [] for variant in variants}
+    sizes = {}
     for r in range(args.rounds):
         # As bench/run.sh: the order reverses every other round, so none always runs first.
         for variant in variants if r % 2 == 0 else list(reversed(variants)):
             ns = f"wc-{r}-" + "-".join(variant).lower()
-            spent = lifecycle(cluster, ns, variant, args.n, args.workers)
+            spent, sizes[variant] = lifecycle(cluster, ns, variant, args.n, args.workers)
             runs[variant].append(spent)
             print(f"round {r + 1}: {name(variant)}: {sum(spent.values()):.2f} ms per VM",
                   file=sys.stderr, flush=True)
@@ -229,14 +235,14 @@ def main():
 
     print(f"kube-apiserver CPU ms per VM lifecycle, N={args.n}, {args.rounds} rounds (mean; total's range)\n")
     print("| shape, finalizer verb, fieldValidation | " + " | ".join(PHASES)
-          + " | total | / peer, same verb, default |")
-    print("|---" * (len(PHASES) + 3) + "|")
+          + " | total | / peer, same verb, default | bytes |")
+    print("|---" * (len(PHASES) + 4) + "|")
     for variant, spent in runs.items():
         totals = [sum(s.values()) for s in spent]
         cells = [f"{statistics.mean(s[p] for s in spent):.2f}" for p in PHASES]
         print(f"| {name(variant)} | " + " | ".join(cells) +
               f" | {total(variant):.2f} ({min(totals):.2f}–{max(totals):.2f}) |"
-              f" {total(variant) / total(('peer', variant[1], 'default')):.2f} |")
+              f" {total(variant) / total(('peer', variant[1], 'default')):.2f} | {sizes[variant]} |")
 
 
 if __name__ == "__main__":

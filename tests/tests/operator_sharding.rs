@@ -3,7 +3,9 @@
 //! killed, the others take its VMs over within the lease duration; and no VM ever has plugin
 //! calls from two replicas interleaved (the overlap detector: per VM, a replica that handed
 //! its calls over never calls again; after the kill a survivor may also hand a shard to the
-//! other survivor when the assignment over the remaining members moves it).
+//! other survivor when the assignment over the remaining members moves it). The control
+//! plane runs with `ShardedListAndWatch` (KEP-5866): a replica not holding the ProviderConfig
+//! shard caches only the VMs of the shards it holds (`vmop_virtual_machines` counts them).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -14,6 +16,7 @@ use futures::future::try_join_all;
 use kube::ResourceExt;
 use kube::api::{DeleteParams, ListParams};
 use vmop::api::{Limits, VirtualMachine, conditions};
+use vmop::leader::shards::shard_of;
 use vmop_tests::cloud::{self, Cloud, Config};
 use vmop_tests::operator::{Env, Operator, ProviderCall, TEST_GRACE_SECONDS};
 
@@ -102,6 +105,48 @@ async fn wait_spread(operators: &[Operator]) -> anyhow::Result<Vec<Vec<u32>>> {
         ensure!(
             started.elapsed() < DEADLINE,
             "shards never spread over the replicas: held {held:?}, members seen {members:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits until each replica caches the VMs its watch asks the API server for: all of them
+/// while holding the ProviderConfig shard 0, else exactly those of the shards it holds.
+async fn wait_caches(env: &Env, operators: &[Operator], spread: &[Vec<u32>]) -> anyhow::Result<()> {
+    let shards: u32 = SHARDS.parse()?;
+    let uids: Vec<String> = env
+        .vms()
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter_map(|vm| vm.uid())
+        .collect();
+    let want: Vec<usize> = spread
+        .iter()
+        .map(|held| {
+            if held.contains(&0) {
+                uids.len()
+            } else {
+                uids.iter()
+                    .filter(|uid| held.contains(&shard_of(uid, shards)))
+                    .count()
+            }
+        })
+        .collect();
+    let started = Instant::now();
+    loop {
+        let mut cached = Vec::new();
+        for operator in operators {
+            cached.push(operator.metrics().await?.sum("vmop_virtual_machines", &[]) as usize);
+        }
+        if cached == want {
+            eprintln!("VMs cached per replica: {cached:?} (shards {spread:?})");
+            return Ok(());
+        }
+        ensure!(
+            started.elapsed() < DEADLINE,
+            "replicas cache {cached:?} VMs, their shards {spread:?} hold {want:?}"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -213,6 +258,7 @@ async fn three_replicas_share_the_vms_and_take_over_a_killed_ones() -> anyhow::R
         "{VMS} VMs Ready in {:.1} s; per replica {served:?}",
         created.as_secs_f64()
     );
+    wait_caches(&env, &operators, &spread).await?;
 
     // Kill replica 0 without a chance to release its Leases.
     let orphaned: Vec<&String> = names

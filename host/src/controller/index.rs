@@ -7,6 +7,10 @@
 //! - After a watch (re)list completes (`InitDone`), the index holds exactly the listed VMs.
 //! - Every change of a ProviderConfig's set of VMs is announced on the channel given to
 //!   [`VmIndex::new`], so the ProviderConfig reconciler can refresh its `vmCount`.
+//! - [`VmIndex::take_entered`] answers the VMs the last relist listed that the index did not
+//!   hold before it: a sharded replica whose watch lists again for shards it acquired must
+//!   reconcile them, and kube's trigger predicate remembers VMs it saw before and passes them
+//!   over when they come back unchanged (`a_relist_tells_which_vms_entered`).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -63,6 +67,8 @@ pub struct VmIndex {
     current: Mutex<Maps>,
     /// Filled between `Init` and `InitDone` of a relist, then swapped in.
     relisting: Mutex<Option<Maps>>,
+    /// The VMs the last completed relist added, until taken.
+    entered: Mutex<Vec<VmRef>>,
     changed: UnboundedSender<ObjectRef<ProviderConfig>>,
 }
 
@@ -72,6 +78,7 @@ impl VmIndex {
         VmIndex {
             current: Mutex::default(),
             relisting: Mutex::default(),
+            entered: Mutex::default(),
             changed,
         }
     }
@@ -99,6 +106,12 @@ impl VmIndex {
                 Some(new) => {
                     let mut current = lock(&self.current);
                     let changed = providers_differing(&current, &new);
+                    *lock(&self.entered) = new
+                        .provider_of
+                        .keys()
+                        .filter(|vm| !current.provider_of.contains_key(*vm))
+                        .cloned()
+                        .collect();
                     *current = new;
                     changed
                 }
@@ -109,6 +122,11 @@ impl VmIndex {
             // A closed channel means the ProviderConfig controller has stopped: nothing to tell.
             let _ = self.changed.unbounded_send(ObjectRef::new(&name));
         }
+    }
+
+    /// The VMs the last completed relist brought in (see the module docs); empty once taken.
+    pub fn take_entered(&self) -> Vec<VmRef> {
+        std::mem::take(&mut *lock(&self.entered))
     }
 
     /// The VMs referencing the ProviderConfig `name`.
@@ -188,6 +206,26 @@ mod tests {
         }
         out.sort();
         out
+    }
+
+    #[test]
+    fn a_relist_tells_which_vms_entered() {
+        let (tx, _rx) = futures::channel::mpsc::unbounded();
+        let index = VmIndex::new(tx);
+        let list = |vms: &[&str]| {
+            index.observe(&Event::Init);
+            for name in vms {
+                index.observe(&Event::InitApply(vm("a", name, "aws")));
+            }
+            index.observe(&Event::InitDone);
+        };
+        list(&["one", "two"]);
+        assert_eq!(names(index.take_entered()), ["a/one", "a/two"]);
+        assert!(index.take_entered().is_empty(), "taken once");
+        list(&["two", "three"]);
+        assert_eq!(names(index.take_entered()), ["a/three"]);
+        list(&["one", "two", "three"]);
+        assert_eq!(names(index.take_entered()), ["a/one"], "back after it left");
     }
 
     #[test]

@@ -125,6 +125,7 @@ pub async fn run(
     });
 
     let requeue = (vm_tx.clone(), pc_tx.clone());
+    let requeue_entered = vm_tx.clone();
     let fanout = Fanout {
         ctx: ctx.clone(),
         vms: vm_tx,
@@ -160,12 +161,20 @@ pub async fn run(
     config.readiness.set_ready(true);
 
     let shutdown = shutdown.boxed().shared();
+    // Sharded, the VM watch asks for the held shards' VMs, and lists again when they change.
+    let held_changes = held.as_ref().map(|shards| shards.subscribe());
+    let vm_client = match (&held, &held_changes) {
+        (Some(shards), Some(changes)) => {
+            sharding::scoped_client(client.clone(), changes.clone(), shards.count())
+        }
+        _ => client.clone(),
+    };
     let (vm_api, cm_api): (Api<SlimVirtualMachine>, Api<ConfigMap>) = match &config.namespace {
         Some(ns) => (
-            Api::namespaced(client.clone(), ns),
+            Api::namespaced(vm_client, ns),
             Api::namespaced(client.clone(), ns),
         ),
-        None => (Api::all(client.clone()), Api::all(client.clone())),
+        None => (Api::all(vm_client), Api::all(client.clone())),
     };
     let (vm_reader, vm_writer) = reflector::store();
     let phases: reflector::Store<VirtualMachine> = vm_reader.clone();
@@ -211,13 +220,33 @@ pub async fn run(
     // A consistent list (not the API server's possibly lagging cache): a new epoch must not
     // start from a view older than its predecessor's writes (see `attempts.rs`).
     let vm_watch = watcher::Config::default().list_semantic(watcher::ListSemantic::MostRecent);
-    let vm_triggers = relist::watch(vm_api, vm_watch)
+    let (vm_events, requeue_entered) = match held_changes {
+        Some(changes) => (
+            relist::watch_restarting(vm_api, vm_watch, changes).boxed(),
+            Some(requeue_entered),
+        ),
+        None => (relist::watch(vm_api, vm_watch).boxed(), None),
+    };
+    let entered = index.clone();
+    let vm_triggers = vm_events
         .map_ok(move |event| {
             let event = relist::unwrap_slim(event);
             index.observe(&event);
             event
         })
         .reflect(vm_writer)
+        // After the store holds the new list: the VMs a sharded watch's relist brought in
+        // (shards acquired) are reconciled, including those the trigger predicate saw before.
+        .map_ok(move |event| {
+            if matches!(event, watcher::Event::InitDone) {
+                for vm in entered.take_entered() {
+                    if let Some(tx) = &requeue_entered {
+                        let _ = tx.unbounded_send(vm);
+                    }
+                }
+            }
+            event
+        })
         .applied_objects()
         // Generation, and the annotations users steer a VM with (pause, reconcile now, poll).
         .predicate_filter(vm::trigger_key, Default::default());

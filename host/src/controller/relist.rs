@@ -30,6 +30,7 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::utils::Backoff;
 use kube::runtime::watcher::{self, Event, watcher};
 use serde::de::DeserializeOwned;
+use tokio::sync::watch;
 
 use super::backoff::jitter;
 use crate::api::{SlimVirtualMachine, VirtualMachine};
@@ -84,12 +85,40 @@ pub fn watch<K>(
 where
     K: kube::Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    relisting(move || {
+    relisting(starter(api, config), None::<watch::Receiver<()>>)
+}
+
+/// [`watch`], started over with a fresh list each time `restart` changes: what `api`'s
+/// client asks for follows `restart` (`sharding::scoped_client`), and a running watch keeps
+/// what it asked for when it started. The reflector swaps in each new list whole, so objects
+/// no longer asked for leave the cache and new ones enter it (test:
+/// `a_change_of_restart_starts_a_new_list`).
+pub fn watch_restarting<K, R>(
+    api: Api<K>,
+    config: watcher::Config,
+    restart: watch::Receiver<R>,
+) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send
+where
+    K: kube::Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    R: Send + Sync + 'static,
+{
+    relisting(starter(api, config), Some(restart))
+}
+
+/// Starts one watch of `api`: slimmed objects, retried on [`ShortBackoff`].
+fn starter<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> impl Fn() -> BoxStream<'static, Result<Event<K>, watcher::Error>> + Clone + Send + 'static
+where
+    K: kube::Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    move || {
         watcher(api.clone(), config.clone())
             .modify(slim)
             .backoff(ShortBackoff::default())
             .boxed()
-    })
+    }
 }
 
 /// A VM watch event with the object as the rest of the operator holds it; the watch reads
@@ -122,23 +151,40 @@ fn slim<K: kube::Resource>(object: &mut K) {
 }
 
 /// The watch streams `start` makes, one after another: a desync ends one and starts the next
-/// in its place, and is not passed on.
-fn relisting<T: Send + 'static>(
+/// in its place, and is not passed on; so does a change of `restart` (while its sender lives).
+fn relisting<T: Send + 'static, R: Send + Sync + 'static>(
     start: impl Fn() -> BoxStream<'static, Result<Event<T>, watcher::Error>> + Clone + Send + 'static,
+    restart: Option<watch::Receiver<R>>,
 ) -> impl Stream<Item = Result<Event<T>, watcher::Error>> + Send {
-    futures::stream::unfold(None, move |current| {
+    futures::stream::unfold((None, restart), move |(current, mut restart)| {
         let start = start.clone();
         async move {
             let mut inner = current.unwrap_or_else(&start);
-            let mut item = inner.next().await?;
-            while matches!(&item, Err(e) if is_desync(e)) {
-                tracing::info!(
-                    "the API server no longer has the watched resourceVersion; listing again"
-                );
-                inner = start();
-                item = inner.next().await?;
+            loop {
+                let item = match restart.as_mut() {
+                    None => inner.next().await?,
+                    Some(changes) => tokio::select! {
+                        item = inner.next() => item?,
+                        changed = changes.changed() => {
+                            if changed.is_ok() {
+                                tracing::info!("what this watch asks for changed; listing again");
+                                inner = start();
+                            } else {
+                                restart = None;
+                            }
+                            continue;
+                        }
+                    },
+                };
+                if matches!(&item, Err(e) if is_desync(e)) {
+                    tracing::info!(
+                        "the API server no longer has the watched resourceVersion; listing again"
+                    );
+                    inner = start();
+                    continue;
+                }
+                return Some((item, (Some(inner), restart)));
             }
-            Some((item, Some(inner)))
         }
     })
 }
@@ -194,36 +240,29 @@ mod tests {
     async fn a_desync_starts_a_fresh_list_and_is_not_passed_on() {
         let started = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let counter = started.clone();
-        let stream = relisting(move || {
-            let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            let items: Vec<Result<Event<u32>, watcher::Error>> = if n == 0 {
-                vec![
-                    Ok(Event::Init),
-                    Ok(Event::InitDone),
-                    Ok(Event::Apply(1)),
-                    Err(watcher::Error::WatchStartFailed(api_error(410))),
-                    Ok(Event::Apply(99)),
-                ]
-            } else {
-                vec![
-                    Ok(Event::Init),
-                    Ok(Event::InitApply(2)),
-                    Ok(Event::InitDone),
-                ]
-            };
-            futures::stream::iter(items).boxed()
-        });
-        let seen: Vec<String> = stream
-            .map(|item| match item {
-                Ok(Event::Init) => "init".to_owned(),
-                Ok(Event::InitApply(n)) => format!("init-apply {n}"),
-                Ok(Event::InitDone) => "init-done".to_owned(),
-                Ok(Event::Apply(n)) => format!("apply {n}"),
-                Ok(Event::Delete(n)) => format!("delete {n}"),
-                Err(e) => format!("error {e}"),
-            })
-            .collect()
-            .await;
+        let stream = relisting(
+            move || {
+                let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let items: Vec<Result<Event<u32>, watcher::Error>> = if n == 0 {
+                    vec![
+                        Ok(Event::Init),
+                        Ok(Event::InitDone),
+                        Ok(Event::Apply(1)),
+                        Err(watcher::Error::WatchStartFailed(api_error(410))),
+                        Ok(Event::Apply(99)),
+                    ]
+                } else {
+                    vec![
+                        Ok(Event::Init),
+                        Ok(Event::InitApply(2)),
+                        Ok(Event::InitDone),
+                    ]
+                };
+                futures::stream::iter(items).boxed()
+            },
+            None::<watch::Receiver<()>>,
+        );
+        let seen: Vec<String> = stream.map(shown).collect().await;
         assert_eq!(
             seen,
             [
@@ -235,6 +274,51 @@ mod tests {
                 "init-done"
             ]
         );
+        assert_eq!(started.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
+
+    fn shown(item: Result<Event<u32>, watcher::Error>) -> String {
+        match item {
+            Ok(Event::Init) => "init".to_owned(),
+            Ok(Event::InitApply(n)) => format!("init-apply {n}"),
+            Ok(Event::InitDone) => "init-done".to_owned(),
+            Ok(Event::Apply(n)) => format!("apply {n}"),
+            Ok(Event::Delete(n)) => format!("delete {n}"),
+            Err(e) => format!("error {e}"),
+        }
+    }
+
+    /// Each watch lists the object numbered after it, then waits forever.
+    #[tokio::test]
+    async fn a_change_of_restart_starts_a_new_list() {
+        let (tx, rx) = watch::channel(0u32);
+        let started = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let counter = started.clone();
+        let stream = relisting(
+            move || {
+                let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let items = vec![
+                    Ok(Event::Init),
+                    Ok(Event::InitApply(n)),
+                    Ok(Event::InitDone),
+                ];
+                futures::stream::iter(items)
+                    .chain(futures::stream::pending())
+                    .boxed()
+            },
+            Some(rx),
+        );
+        let mut stream = Box::pin(stream.map(shown));
+        let mut next_three = async || {
+            let mut seen = Vec::new();
+            for _ in 0..3 {
+                seen.extend(stream.next().await);
+            }
+            seen
+        };
+        assert_eq!(next_three().await, ["init", "init-apply 0", "init-done"]);
+        tx.send_replace(1);
+        assert_eq!(next_three().await, ["init", "init-apply 1", "init-done"]);
         assert_eq!(started.load(std::sync::atomic::Ordering::SeqCst), 2);
     }
 

@@ -1,18 +1,29 @@
 //! The controllers' side of [`crate::leader::shards`]: reconcile a VM only while holding its
 //! shard (ProviderConfigs: shard 0), drop the reconcile the moment the shard is lost, and
 //! reconcile a shard's objects as soon as it is acquired (they were skipped meanwhile).
+//!
+//! The VM watch asks the API server for the held shards' VMs only ([`vm_selector`],
+//! [`scoped_client`]): an API server with the `ShardedListAndWatch` feature (KEP-5866, alpha
+//! since Kubernetes 1.36) then sends each replica its own VMs instead of all of them, and one
+//! without it ignores the selector. Ownership never rests on the selector: a VM outside the
+//! held shards that reaches the cache anyway is skipped by [`while_holding`].
 
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::Arc;
 
 use futures::channel::mpsc::UnboundedSender;
+use http::Request;
+use http::uri::PathAndQuery;
 use kube::ResourceExt;
+use kube::client::Body;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
+use tokio::sync::watch;
 
 use super::error::Error;
 use crate::api::{ProviderConfig, VirtualMachine};
-use crate::leader::shards::{OnAcquired, Shards, shard_of};
+use crate::leader::shards::{OnAcquired, Shards, shard_of, shard_selector};
 
 /// The shard that reconciles ProviderConfigs (their status is one object for all VMs).
 pub const PROVIDER_CONFIG_SHARD: u32 = 0;
@@ -63,4 +74,125 @@ pub fn on_acquired(
             }
         }
     })
+}
+
+/// What the VM watch of a replica holding `held` of `count` shards asks for: `None`, every VM,
+/// while it holds [`PROVIDER_CONFIG_SHARD`] (a ProviderConfig's `vmCount` counts all of its
+/// VMs: right once the list of all of them has arrived, shortly after taking the shard
+/// over), else the KEP-5866 selector of its shards.
+pub fn vm_selector(held: &BTreeSet<u32>, count: u32) -> Option<String> {
+    (!held.contains(&PROVIDER_CONFIG_SHARD)).then(|| shard_selector(held, count))
+}
+
+/// `client`, adding [`vm_selector`] of the shards `held` says, read at each request, to every
+/// list and watch of VirtualMachines. A watch that is not restarted when `held` changes keeps
+/// what it was started with; `relist::watch_restarting` restarts it.
+pub fn scoped_client(
+    client: kube::Client,
+    held: watch::Receiver<BTreeSet<u32>>,
+    count: u32,
+) -> kube::Client {
+    let namespace = client.default_namespace().to_owned();
+    let service = tower::service_fn(move |mut request: Request<Body>| {
+        let client = client.clone();
+        if let Some(selector) = vm_selector(&held.borrow(), count) {
+            add_selector(&mut request, &selector);
+        }
+        async move { client.send(request).await }
+    });
+    kube::Client::new(service, namespace)
+}
+
+/// Appends `shardSelector=<selector>` to a GET of a VirtualMachine collection (a list or a
+/// watch; a GET of one VM ends in its name).
+fn add_selector(request: &mut Request<Body>, selector: &str) {
+    let uri = request.uri();
+    if request.method() != http::Method::GET || !uri.path().ends_with("/virtualmachines") {
+        return;
+    }
+    let mut query = uri.query().unwrap_or_default().to_owned();
+    if !query.is_empty() {
+        query.push('&');
+    }
+    query.push_str("shardSelector=");
+    for byte in selector.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            query.push(char::from(byte));
+        } else {
+            query.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    let Ok(path_and_query) = PathAndQuery::try_from(format!("{}?{query}", uri.path())) else {
+        return;
+    };
+    let mut parts = uri.clone().into_parts();
+    parts.path_and_query = Some(path_and_query);
+    if let Ok(uri) = http::Uri::from_parts(parts) {
+        *request.uri_mut() = uri;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(method: http::Method, uri: &str) -> Request<Body> {
+        let mut request = Request::new(Body::empty());
+        *request.method_mut() = method;
+        *request.uri_mut() = uri.parse().unwrap_or_default();
+        request
+    }
+
+    #[test]
+    fn only_lists_and_watches_of_vms_carry_the_selector() {
+        let selector = "shardRange(object.metadata.uid,'0x0','0x8')||x";
+        let encoded = "shardRange%28object.metadata.uid%2C%270x0%27%2C%270x8%27%29%7C%7Cx";
+        for (method, uri, want) in [
+            (
+                http::Method::GET,
+                "/apis/vmop.dev/v1alpha1/virtualmachines?&watch=true&resourceVersion=5",
+                Some(
+                    "/apis/vmop.dev/v1alpha1/virtualmachines?&watch=true&resourceVersion=5&shardSelector=",
+                ),
+            ),
+            (
+                http::Method::GET,
+                "/apis/vmop.dev/v1alpha1/namespaces/a/virtualmachines",
+                Some("/apis/vmop.dev/v1alpha1/namespaces/a/virtualmachines?shardSelector="),
+            ),
+            (
+                http::Method::GET,
+                "/apis/vmop.dev/v1alpha1/namespaces/a/virtualmachines/vm-1",
+                None,
+            ),
+            (
+                http::Method::POST,
+                "/apis/vmop.dev/v1alpha1/namespaces/a/virtualmachines",
+                None,
+            ),
+            (http::Method::GET, "/api/v1/configmaps?&watch=true", None),
+        ] {
+            let mut r = request(method, uri);
+            add_selector(&mut r, selector);
+            let got = r.uri().to_string();
+            match want {
+                Some(prefix) => assert_eq!(got, format!("{prefix}{encoded}")),
+                None => assert_eq!(got, uri),
+            }
+        }
+    }
+
+    #[test]
+    fn the_provider_config_shard_watches_every_vm() {
+        let held = |s: &[u32]| s.iter().copied().collect::<BTreeSet<u32>>();
+        assert_eq!(vm_selector(&held(&[0, 2]), 3), None);
+        assert_eq!(
+            vm_selector(&held(&[2]), 3),
+            Some(shard_selector(&held(&[2]), 3))
+        );
+        assert_eq!(
+            vm_selector(&held(&[]), 3),
+            Some(shard_selector(&held(&[]), 3))
+        );
+    }
 }

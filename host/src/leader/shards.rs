@@ -21,9 +21,7 @@
 //! - Membership only decides who *campaigns*; safety never rests on it, so a wrong view of
 //!   the members (clock skew on `renewTime`, a lagging list) costs balance, not correctness.
 
-use std::collections::BTreeMap;
-#[cfg(test)]
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -51,10 +49,39 @@ fn fnv1a(parts: &[&[u8]]) -> u64 {
     hash
 }
 
-/// The shard of the VM with this uid, of `count` (at least 1).
+/// The shard of the VM with this uid, of `count` (at least 1): which of `count` equal ranges
+/// of the 64-bit FNV-1a hash of the uid holds it ([`shard_range`]). The hash and the ranges
+/// are those of the API server's sharded list and watch (KEP-5866), so a replica can ask it
+/// for the VMs of its shards alone ([`shard_selector`]).
 pub fn shard_of(uid: &str, count: u32) -> u32 {
-    let n = u64::from(count.max(1));
-    u32::try_from(fnv1a(&[uid.as_bytes()]) % n).unwrap_or(0)
+    let n = u128::from(count.max(1));
+    u32::try_from((u128::from(fnv1a(&[uid.as_bytes()])) * n) >> 64).unwrap_or(0)
+}
+
+/// The hashes of shard `shard` of `count`: `[start, end)`, `end` at most 2^64, exactly the
+/// hashes [`shard_of`] maps to `shard` (`ranges_are_exactly_the_shards`).
+fn shard_range(shard: u32, count: u32) -> (u128, u128) {
+    let n = u128::from(count.max(1));
+    // ceil(k * 2^64 / n): the least hash h with floor(h * n / 2^64) = k.
+    let bound = |k: u128| (k << 64).div_ceil(n);
+    (bound(u128::from(shard)), bound(u128::from(shard) + 1))
+}
+
+/// A KEP-5866 shard selector (the `shardSelector` of a list or watch) for the VMs of
+/// `shards` of `count`; an empty `shards` selects only the uids hashing to 0 (a selector
+/// cannot be empty), which is as good as none.
+pub fn shard_selector(shards: &BTreeSet<u32>, count: u32) -> String {
+    let range = |(start, end): (u128, u128)| {
+        format!("shardRange(object.metadata.uid,'0x{start:016x}','0x{end:016x}')")
+    };
+    if shards.is_empty() {
+        return range((0, 1));
+    }
+    shards
+        .iter()
+        .map(|shard| range(shard_range(*shard, count)))
+        .collect::<Vec<_>>()
+        .join("||")
 }
 
 /// The members in the order they rank `shard` (rendezvous hashing); ties by name.
@@ -171,6 +198,8 @@ pub type OnAcquired = Arc<dyn Fn(u32) + Send + Sync>;
 pub struct Shards {
     count: u32,
     held: Mutex<BTreeMap<u32, watch::Receiver<bool>>>,
+    /// The shards held, announced on every acquisition and loss.
+    held_set: watch::Sender<BTreeSet<u32>>,
 }
 
 impl std::fmt::Debug for Shards {
@@ -191,6 +220,22 @@ impl Shards {
     pub fn holding(&self, shard: u32) -> Option<watch::Receiver<bool>> {
         let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         held.get(&shard).filter(|rx| *rx.borrow()).cloned()
+    }
+
+    /// The shards held, changing as they are acquired and lost (a loss shows no sooner than
+    /// [`Shards::holding`] says it).
+    pub fn subscribe(&self) -> watch::Receiver<BTreeSet<u32>> {
+        self.held_set.subscribe()
+    }
+
+    fn mark(&self, shard: u32, holding: bool) {
+        self.held_set.send_if_modified(|held| {
+            if holding {
+                held.insert(shard)
+            } else {
+                held.remove(&shard)
+            }
+        });
     }
 
     /// The shards held right now.
@@ -215,11 +260,12 @@ struct Campaign {
 }
 
 impl Campaign {
-    async fn end(self, shard: u32) {
+    async fn end(self, shard: u32, shards: &Shards) {
         self.announcer.abort();
         if let Err(e) = self.leadership.release().await {
             tracing::warn!(shard, error = %e, "failed to release a shard Lease");
         }
+        shards.mark(shard, false);
     }
 }
 
@@ -273,7 +319,7 @@ pub async fn run(
                     if holding {
                         tracing::info!(shard, "handing shard over to the replica that ranks first");
                     }
-                    campaign.end(shard).await;
+                    campaign.end(shard, &shards).await;
                 }
                 continue;
             }
@@ -298,7 +344,7 @@ pub async fn run(
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .insert(shard, rx.clone());
-            let announcer = tokio::spawn(announce(shard, rx, on_acquired.clone()));
+            let announcer = tokio::spawn(announce(shard, rx, shards.clone(), on_acquired.clone()));
             campaigns.insert(
                 shard,
                 Campaign {
@@ -311,25 +357,34 @@ pub async fn run(
         metrics.set_shard_members(members.len());
     }
     for (shard, campaign) in campaigns {
-        campaign.end(shard).await;
+        campaign.end(shard, &shards).await;
     }
     if let Err(e) = api.delete(&member, &DeleteParams::default()).await {
         tracing::warn!(error = %e, "failed to delete the shard member Lease");
     }
 }
 
-/// Logs each acquisition and loss of `shard`, and calls `on_acquired` on each acquisition.
-async fn announce(shard: u32, mut rx: watch::Receiver<bool>, on_acquired: OnAcquired) {
+/// Logs each acquisition and loss of `shard`, marks it in `shards`' held set, and calls
+/// `on_acquired` on each acquisition.
+async fn announce(
+    shard: u32,
+    mut rx: watch::Receiver<bool>,
+    shards: Arc<Shards>,
+    on_acquired: OnAcquired,
+) {
     loop {
         if rx.wait_for(|l| *l).await.is_err() {
             return;
         }
         tracing::info!(shard, "holding shard");
+        shards.mark(shard, true);
         on_acquired(shard);
         if rx.wait_for(|l| !*l).await.is_err() {
+            shards.mark(shard, false);
             return;
         }
         tracing::info!(shard, "no longer holding shard");
+        shards.mark(shard, false);
     }
 }
 
@@ -393,6 +448,7 @@ pub fn shards(count: u32) -> Arc<Shards> {
     Arc::new(Shards {
         count: count.max(1),
         held: Mutex::new(BTreeMap::new()),
+        held_set: watch::Sender::new(BTreeSet::new()),
     })
 }
 
@@ -402,10 +458,35 @@ mod tests {
 
     #[test]
     fn shard_is_stable() {
-        // Fixed values: a change here means replicas of two builds disagree on VM ownership.
+        // Fixed values: a change here means replicas of two builds disagree on VM ownership
+        // (changed once, before any release had sharding, from `hash % count` to the ranges
+        // the API server filters by).
         assert_eq!(fnv1a(&[b"a"]), 0xaf63_dc4c_8601_ec8c);
         assert_eq!(shard_of("0b4c5e1e-7c1a-4d1e-9f0a-3f1e2d3c4b5a", 1), 0);
-        let uids: Vec<String> = (0..1000).map(|i| format!("uid-{i}")).collect();
+        // 0xaf63dc4c8601ec8c * 3 / 2^64 = 2.06…
+        assert_eq!(shard_of("a", 3), 2);
+        // Kubernetes uids are random (version 4) UUIDs; FNV-1a's high bits, which pick the
+        // range, spread those evenly (not strings differing in their last bytes alone).
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut random = move || {
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let z = (state ^ (state >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            let z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        };
+        let uids: Vec<String> = (0..1000)
+            .map(|_| {
+                let (a, b) = (random(), random());
+                format!(
+                    "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
+                    a >> 32,
+                    (a >> 16) & 0xffff,
+                    a & 0xfff,
+                    0x8000 | (b >> 48 & 0x3fff),
+                    b & 0xffff_ffff_ffff
+                )
+            })
+            .collect();
         let mut per_shard = [0u32; 4];
         for uid in &uids {
             if let Some(n) = per_shard.get_mut(shard_of(uid, 4) as usize) {
@@ -415,6 +496,48 @@ mod tests {
         assert!(
             per_shard.iter().all(|n| (150..350).contains(n)),
             "{per_shard:?}"
+        );
+    }
+
+    #[test]
+    fn ranges_are_exactly_the_shards() {
+        for count in [1u32, 2, 3, 5, 7, 16] {
+            let mut next = 0u128;
+            for shard in 0..count {
+                let (start, end) = shard_range(shard, count);
+                assert_eq!(
+                    start, next,
+                    "shard {shard} of {count} starts where the last ended"
+                );
+                assert!(start < end);
+                for h in [start, start + 1, end - 2, end - 1] {
+                    let h = u64::try_from(h).unwrap_or(u64::MAX);
+                    let n = u128::from(count);
+                    let of = u32::try_from((u128::from(h) * n) >> 64).unwrap_or(u32::MAX);
+                    assert_eq!(of, shard, "hash {h:#x} of {count}");
+                }
+                next = end;
+            }
+            assert_eq!(next, 1u128 << 64, "the ranges of {count} cover every hash");
+        }
+    }
+
+    #[test]
+    fn the_selector_names_the_ranges_as_the_api_server_reads_them() {
+        // The forms of KEP-5866's own examples: 16 hex digits, 2^64 as 17.
+        let of = |shards: &[u32], count| shard_selector(&shards.iter().copied().collect(), count);
+        assert_eq!(
+            of(&[0], 2),
+            "shardRange(object.metadata.uid,'0x0000000000000000','0x8000000000000000')"
+        );
+        assert_eq!(
+            of(&[1, 3], 4),
+            "shardRange(object.metadata.uid,'0x4000000000000000','0x8000000000000000')||\
+             shardRange(object.metadata.uid,'0xc000000000000000','0x10000000000000000')"
+        );
+        assert_eq!(
+            of(&[], 3),
+            "shardRange(object.metadata.uid,'0x0000000000000000','0x0000000000000001')"
         );
     }
 

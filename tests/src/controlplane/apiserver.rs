@@ -44,6 +44,8 @@ pub async fn start(
                     "--allow-privileged=true".to_owned(),
                     "--authorization-mode=RBAC".to_owned(),
                     "--disable-admission-plugins=ServiceAccount".to_owned(),
+                    // What the operator's sharded VM watch asks for (alpha, off by default).
+                    "--feature-gates=ShardedListAndWatch=true".to_owned(),
                     format!("--service-account-issuer=https://127.0.0.1:{port}"),
                     format!(
                         "--service-account-key-file={}",
