@@ -20,7 +20,8 @@
 # order on odd rounds and reversed on even ones, so that no impl always runs first or last (the
 # machine drifts over a session: the summary lists the load average at each run's start).
 # MODE=shards: vmop on 1 replica vs 3 sharded replicas (IMPLS "vmop-x1 vmop-x3", K replicas
-# with --shards K each), default N=5000, 1 round, no idle phase; prints the speed-up.
+# with --shards K each; base-xK: VMOP_BASE's), default N=5000, 1 round, no idle phase; prints
+# the speed-up.
 # Results: $WORK/results.jsonl (one JSON object per run), $WORK/summary.md (the table), logs.
 set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -154,9 +155,10 @@ run() { # IMPL N REP
     # The same flags for a second vmop binary, for before/after in one run.
     base) cmd=(-- "${VMOP_BASE:?impl base measures the binary VMOP_BASE names}" "${vmop_run[@]}") ;;
     vmop-x*) cmd=(-- "$here/replicas.sh" "${impl#vmop-x}" "$vmop" "${vmop_run[@]}") ;;
+    base-x*) cmd=(-- "$here/replicas.sh" "${impl#base-x}" "${VMOP_BASE:?impl base-xK measures the binary VMOP_BASE names}" "${vmop_run[@]}") ;;
     peer) cmd=(-- "$bin/peer" --namespace '{ns}' --metrics-bind-address 127.0.0.1:0
                --max-concurrent-reconciles 16) ;;
-    *) echo "run.sh: unknown implementation $impl (floor, base, vmop, peer, vmop-xK)" >&2; return 1 ;;
+    *) echo "run.sh: unknown implementation $impl (floor, base, vmop, peer, vmop-xK, base-xK)" >&2; return 1 ;;
   esac
   # Every vmop run starts as a new pod does, with an empty plugin cache (the chart's emptyDir):
   # it compiles the plugin at start, and what that leaves in its memory counts.

@@ -120,12 +120,12 @@ SHARD_ROWS = [
 ]
 
 
-def shards_table(groups, n, replicas):
-    """vmop-x1 against vmop-xK: the times and the speed-up (x1 / xK, of the means)."""
-    ks = sorted(replicas, key=lambda i: int(i[len("vmop-x"):]))
+def shards_table(groups, n, replicas, prefix):
+    """PREFIX-x1 against PREFIX-xK: the times and the speed-up (x1 / xK, of the means)."""
+    ks = sorted(replicas, key=lambda i: int(i[len(prefix):]))
     base = ks[0]
-    lines = ["| | " + " | ".join(f"{k[len('vmop-x'):]} replica(s) N={n}" for k in ks)
-             + "".join(f" | speed-up {base[len('vmop-x'):]}→{k[len('vmop-x'):]}" for k in ks[1:]) + " |",
+    lines = ["| | " + " | ".join(f"{k[:len(prefix) - 2]}, {k[len(prefix):]} replica(s) N={n}" for k in ks)
+             + "".join(f" | speed-up {base[len(prefix):]}→{k[len(prefix):]}" for k in ks[1:]) + " |",
              "|---" * (1 + 2 * len(ks) - 1) + "|"]
     for name, f, unit in SHARD_ROWS:
         vals = {k: [f(r) for r in groups[(k, n)]] for k in ks}
@@ -174,12 +174,14 @@ def main():
             "(all but the driver's creates and deletecollection), leases excluded; the floor's are "
             "the driver's one status write per VM.", ""]
     for n in sorted({n for _, n in groups}):
-        replicas = [i for i, m in groups if m == n and i.startswith("vmop-x")]
-        if replicas:
-            out.append(f"## Replicas, N = {n}  (runs: " + ", ".join(f"{i} ×{len(groups[(i, n)])}" for i in sorted(replicas)) + ")")
-            out.append("")
-            out += shards_table(groups, n, replicas)
-            out.append("")
+        # vmop-xK: this build; base-xK: VMOP_BASE, to measure a change of the sharded path.
+        for prefix in ("vmop-x", "base-x"):
+            replicas = [i for i, m in groups if m == n and i.startswith(prefix)]
+            if replicas:
+                out.append(f"## Replicas, N = {n}  (runs: " + ", ".join(f"{i} ×{len(groups[(i, n)])}" for i in sorted(replicas)) + ")")
+                out.append("")
+                out += shards_table(groups, n, replicas, prefix)
+                out.append("")
         impls = [i for i in IMPLS if (i, n) in groups]
         if not impls:
             continue
