@@ -115,6 +115,9 @@ SHARD_ROWS = [
     ("create + delete", lambda r: r["create"]["seconds"] + r["delete"]["seconds"], " s"),
     ("kube-apiserver CPU, create + delete", lambda r: r["create"]["watchedCpuSeconds"].get("apiserver", 0)
      + r["delete"]["watchedCpuSeconds"].get("apiserver", 0), " s"),
+    ("operator CPU (all replicas), create + delete",
+     lambda r: r["create"]["cpuSeconds"] + r["delete"]["cpuSeconds"], " s"),
+    ("operator peak RSS (sum over replicas), create", lambda r: r["create"]["peakRssMiB"], " MiB"),
     ("operator writes per VM, create + delete",
      lambda r: (r["create"]["operatorWrites"] + r["delete"]["operatorWrites"]) / r["n"], ""),
 ]

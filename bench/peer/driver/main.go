@@ -13,7 +13,8 @@
 //
 // For each phase: wall time, API write requests from the apiserver's apiserver_request_total
 // (POST/PUT/PATCH/APPLY/DELETE, leases excluded, by verb and resource), the operator's CPU
-// seconds (utime+stime) and peak RSS (VmHWM, reset at the phase start through clear_refs),
+// seconds (utime+stime) and peak RSS (VmHWM, reset at the phase start through clear_refs), both
+// summed over the operator process and its live descendants (K replicas under replicas.sh),
 // and the CPU seconds of the extra processes named with -watch (kube-apiserver, etcd).
 // One JSON object per run is appended to -out.
 package main
@@ -146,7 +147,7 @@ func main() {
 		keep = 1
 	}
 	time.Sleep(3 * time.Second) // let debounced writes (vmop's ProviderConfig vmCount) land
-	startHWM, _ := procMem(pid)
+	startHWM, _ := treeMem(pid)
 
 	res := Result{Label: *label, N: *n, Workers: *workers, Args: args, Floor: *floor, WarmupSeconds: warmup,
 		StartupPeakMiB: kib(startHWM)}
@@ -435,8 +436,10 @@ type phaseStart struct {
 func begin(ctx context.Context, kube kubernetes.Interface, pid int, watch watchFlag) *phaseStart {
 	m, err := scrape(ctx, kube)
 	check(err)
-	_ = os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0) // resets VmHWM
-	p := &phaseStart{pid: pid, metrics: m, cpu: procCPU(pid), watch: watch, watched: map[string]float64{}, steal: hostSteal()}
+	for _, tp := range tree(pid) {
+		_ = os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", tp), []byte("5"), 0) // resets VmHWM
+	}
+	p := &phaseStart{pid: pid, metrics: m, cpu: treeCPU(pid), watch: watch, watched: map[string]float64{}, steal: hostSteal()}
 	for name, wp := range watch {
 		p.watched[name] = procCPU(wp)
 	}
@@ -446,8 +449,8 @@ func begin(ctx context.Context, kube kubernetes.Interface, pid int, watch watchF
 
 func (p *phaseStart) end(ctx context.Context, kube kubernetes.Interface, n int) Phase {
 	seconds := time.Since(p.t0).Seconds()
-	cpu := procCPU(p.pid) - p.cpu
-	hwm, rss := procMem(p.pid)
+	cpu := treeCPU(p.pid) - p.cpu
+	hwm, rss := treeMem(p.pid)
 	watched := map[string]float64{}
 	for name, wp := range p.watch {
 		watched[name] = round(procCPU(wp)-p.watched[name], 2)
@@ -531,6 +534,57 @@ func procCPU(pid int) float64 {
 	utime, _ := strconv.ParseFloat(fields[11], 64)
 	stime, _ := strconv.ParseFloat(fields[12], 64)
 	return (utime + stime) / 100
+}
+
+// tree is pid and its live descendants (bench/replicas.sh runs K operators as its children), or
+// nothing for pid 0.
+func tree(pid int) []int {
+	if pid <= 0 {
+		return nil
+	}
+	children := map[int][]int{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+		if err != nil {
+			continue
+		}
+		s := string(raw)
+		fields := strings.Fields(s[strings.LastIndex(s, ")")+2:])
+		if len(fields) < 2 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(fields[1])
+		children[ppid] = append(children[ppid], p)
+	}
+	out := []int{pid}
+	for i := 0; i < len(out); i++ {
+		out = append(out, children[out[i]]...)
+	}
+	return out
+}
+
+// treeCPU is procCPU summed over tree(pid).
+func treeCPU(pid int) float64 {
+	total := 0.0
+	for _, p := range tree(pid) {
+		total += procCPU(p)
+	}
+	return total
+}
+
+// treeMem is procMem summed over tree(pid): for K replicas, the sum of their peaks.
+func treeMem(pid int) (hwm, rss int64) {
+	for _, p := range tree(pid) {
+		h, r := procMem(p)
+		hwm += h
+		rss += r
+	}
+	return hwm, rss
 }
 
 // hostSteal is the steal time of all CPUs since boot, in seconds (the first line of /proc/stat).
