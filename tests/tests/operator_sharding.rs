@@ -4,8 +4,9 @@
 //! calls from two replicas interleaved (the overlap detector: per VM, a replica that handed
 //! its calls over never calls again; after the kill a survivor may also hand a shard to the
 //! other survivor when the assignment over the remaining members moves it). The control
-//! plane runs with `ShardedListAndWatch` (KEP-5866): a replica not holding the ProviderConfig
-//! shard caches only the VMs of the shards it holds (`vmop_virtual_machines` counts them).
+//! plane runs with `ShardedListAndWatch` (KEP-5866): each replica caches only the VMs of the
+//! shards it holds (`vmop_virtual_machines` counts them), and the ProviderConfig's `vmCount`,
+//! summed over the replicas' counts, is every VM once.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -15,7 +16,7 @@ use anyhow::{Context as _, ensure};
 use futures::future::try_join_all;
 use kube::ResourceExt;
 use kube::api::{DeleteParams, ListParams};
-use vmop::api::{Limits, VirtualMachine, conditions};
+use vmop::api::{Limits, ProviderConfig, VirtualMachine, conditions};
 use vmop::leader::shards::shard_of;
 use vmop_tests::cloud::{self, Cloud, Config};
 use vmop_tests::operator::{Env, Operator, ProviderCall, TEST_GRACE_SECONDS};
@@ -110,8 +111,7 @@ async fn wait_spread(operators: &[Operator]) -> anyhow::Result<Vec<Vec<u32>>> {
     }
 }
 
-/// Waits until each replica caches the VMs its watch asks the API server for: all of them
-/// while holding the ProviderConfig shard 0, else exactly those of the shards it holds.
+/// Waits until each replica caches exactly the VMs of the shards it holds.
 async fn wait_caches(env: &Env, operators: &[Operator], spread: &[Vec<u32>]) -> anyhow::Result<()> {
     let shards: u32 = SHARDS.parse()?;
     let uids: Vec<String> = env
@@ -125,13 +125,9 @@ async fn wait_caches(env: &Env, operators: &[Operator], spread: &[Vec<u32>]) -> 
     let want: Vec<usize> = spread
         .iter()
         .map(|held| {
-            if held.contains(&0) {
-                uids.len()
-            } else {
-                uids.iter()
-                    .filter(|uid| held.contains(&shard_of(uid, shards)))
-                    .count()
-            }
+            uids.iter()
+                .filter(|uid| held.contains(&shard_of(uid, shards)))
+                .count()
         })
         .collect();
     let started = Instant::now();
@@ -147,6 +143,23 @@ async fn wait_caches(env: &Env, operators: &[Operator], spread: &[Vec<u32>]) -> 
         ensure!(
             started.elapsed() < DEADLINE,
             "replicas cache {cached:?} VMs, their shards {spread:?} hold {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits until the ProviderConfig's `vmCount` is `want`.
+async fn wait_vm_count(env: &Env, provider: &str, want: usize) -> anyhow::Result<()> {
+    let configs = kube::Api::<ProviderConfig>::all(env.client.clone());
+    let started = Instant::now();
+    loop {
+        let count = configs.get(provider).await?.status.map(|s| s.vm_count);
+        if count == Some(u32::try_from(want)?) {
+            return Ok(());
+        }
+        ensure!(
+            started.elapsed() < DEADLINE,
+            "vmCount of {provider} is {count:?}, not {want}"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -259,6 +272,7 @@ async fn three_replicas_share_the_vms_and_take_over_a_killed_ones() -> anyhow::R
         created.as_secs_f64()
     );
     wait_caches(&env, &operators, &spread).await?;
+    wait_vm_count(&env, &provider, VMS).await?;
 
     // Kill replica 0 without a chance to release its Leases.
     let orphaned: Vec<&String> = names
@@ -303,6 +317,7 @@ async fn three_replicas_share_the_vms_and_take_over_a_killed_ones() -> anyhow::R
         .delete_collection(&DeleteParams::default(), &ListParams::default())
         .await?;
     wait_vms(&env, "all gone", |vms| vms.is_empty()).await?;
+    wait_vm_count(&env, &provider, 0).await?;
     ensure!(cloud.live().is_empty(), "machines left: {:?}", cloud.live());
 
     for (name, calls) in calls_by_vm(&operators) {

@@ -12,7 +12,7 @@
 //!   reconcile them, and kube's trigger predicate remembers VMs it saw before and passes them
 //!   over when they come back unchanged (`a_relist_tells_which_vms_entered`).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use futures::channel::mpsc::UnboundedSender;
@@ -129,6 +129,19 @@ impl VmIndex {
         std::mem::take(&mut *lock(&self.entered))
     }
 
+    /// The VMs per ProviderConfig among those whose uid `keep` accepts (a sharded replica:
+    /// those of the shards it holds).
+    pub fn counts_where(&self, keep: impl Fn(&str) -> bool) -> BTreeMap<String, u32> {
+        let mut counts = BTreeMap::new();
+        for (vm, provider) in &lock(&self.current).provider_of {
+            if keep(vm.extra.uid.as_deref().unwrap_or_default()) {
+                let n = counts.entry(provider.clone()).or_insert(0u32);
+                *n = n.saturating_add(1);
+            }
+        }
+        counts
+    }
+
     /// The VMs referencing the ProviderConfig `name`.
     pub fn vms_of(&self, name: &str) -> Vec<VmRef> {
         lock(&self.current)
@@ -206,6 +219,22 @@ mod tests {
         }
         out.sort();
         out
+    }
+
+    #[test]
+    fn counts_keep_the_uids_asked_for() {
+        let (tx, _rx) = futures::channel::mpsc::unbounded();
+        let index = VmIndex::new(tx);
+        for (name, provider) in [("one", "aws"), ("two", "aws"), ("three", "gcp")] {
+            let mut vm = vm("a", name, provider);
+            vm.metadata.uid = Some(format!("uid-{name}"));
+            index.observe(&Event::Apply(vm));
+        }
+        let counts = index.counts_where(|uid| uid != "uid-two");
+        assert_eq!(
+            counts,
+            BTreeMap::from([("aws".to_owned(), 1), ("gcp".to_owned(), 1)])
+        );
     }
 
     #[test]

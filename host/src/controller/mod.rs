@@ -180,9 +180,10 @@ pub async fn run(
     let phases: reflector::Store<VirtualMachine> = vm_reader.clone();
     let sharding = match (config.sharding.clone(), held) {
         (Some(sharding), Some(held)) => {
-            let on_acquired = sharding::on_acquired(
+            let hooks = sharding::hooks(
                 vm_reader.clone(),
                 configs.clone(),
+                ctx.index.clone(),
                 requeue.0,
                 requeue.1,
                 sharding.count,
@@ -192,7 +193,7 @@ pub async fn run(
                 sharding,
                 config.metrics.clone(),
                 held,
-                on_acquired,
+                hooks,
                 shutdown.clone(),
             )))
         }

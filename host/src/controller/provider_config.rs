@@ -25,7 +25,11 @@ pub async fn reconcile(pc: Arc<ProviderConfig>, ctx: Arc<Context>) -> Result<Act
     let old = pc.status.clone().unwrap_or_default();
     let mut status = old.clone();
     status.observed_generation = generation;
-    status.vm_count = u32::try_from(ctx.index.count(&name)).unwrap_or(u32::MAX);
+    // Sharded, each replica caches and counts its own shards' VMs: the sum is over replicas.
+    status.vm_count = match &ctx.shards {
+        Some(shards) => shards.total(&name),
+        None => u32::try_from(ctx.index.count(&name)).unwrap_or(u32::MAX),
+    };
     let resolved = ctx.resolver.resolve(&pc).await;
     let ready = match &resolved {
         Ok(provider) => {

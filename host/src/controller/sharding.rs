@@ -2,11 +2,13 @@
 //! shard (ProviderConfigs: shard 0), drop the reconcile the moment the shard is lost, and
 //! reconcile a shard's objects as soon as it is acquired (they were skipped meanwhile).
 //!
-//! The VM watch asks the API server for the held shards' VMs only ([`vm_selector`],
-//! [`scoped_client`]): an API server with the `ShardedListAndWatch` feature (KEP-5866, alpha
-//! since Kubernetes 1.36) then sends each replica its own VMs instead of all of them, and one
-//! without it ignores the selector. Ownership never rests on the selector: a VM outside the
-//! held shards that reaches the cache anyway is skipped by [`while_holding`].
+//! The VM watch asks the API server for the held shards' VMs only ([`scoped_client`]): an API
+//! server with the `ShardedListAndWatch` feature (KEP-5866, alpha since Kubernetes 1.36) then
+//! sends each replica its own VMs instead of all of them, and one without it ignores the
+//! selector. Ownership never rests on the selector: a VM outside the held shards that reaches
+//! the cache anyway is skipped by [`while_holding`] and not counted. A ProviderConfig's
+//! `vmCount` is the sum of what each replica counts in its shards ([`hooks`],
+//! [`crate::leader::shards::COUNTS_ANNOTATION`]), so no replica needs every VM.
 
 use std::collections::BTreeSet;
 use std::future::Future;
@@ -22,8 +24,9 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::watch;
 
 use super::error::Error;
+use super::index::VmIndex;
 use crate::api::{ProviderConfig, VirtualMachine};
-use crate::leader::shards::{OnAcquired, Shards, shard_of, shard_selector};
+use crate::leader::shards::{Hooks, OnAcquired, Shards, shard_of, shard_selector};
 
 /// The shard that reconciles ProviderConfigs (their status is one object for all VMs).
 pub const PROVIDER_CONFIG_SHARD: u32 = 0;
@@ -53,8 +56,32 @@ pub fn vm_shard(vm: &VirtualMachine) -> impl FnOnce(&Shards) -> u32 + '_ {
     move |shards| shard_of(vm.uid().as_deref().unwrap_or_default(), shards.count())
 }
 
+/// What the shard task is told and asks: [`on_acquired`]; the VMs per ProviderConfig of the
+/// held shards, from `index`; and a changed total requeues its ProviderConfig.
+pub fn hooks(
+    vms: Store<VirtualMachine>,
+    configs: Store<ProviderConfig>,
+    index: Arc<VmIndex>,
+    vm_tx: UnboundedSender<ObjectRef<VirtualMachine>>,
+    pc_tx: UnboundedSender<ObjectRef<ProviderConfig>>,
+    count: u32,
+) -> Hooks {
+    Hooks {
+        on_acquired: on_acquired(vms, configs, vm_tx, pc_tx.clone(), count),
+        count_held: Arc::new(move |held| {
+            index.counts_where(|uid| held.contains(&shard_of(uid, count)))
+        }),
+        on_totals: Arc::new(move |names| {
+            for name in names {
+                // A closed channel means the controller stopped: nothing left to requeue.
+                let _ = pc_tx.unbounded_send(ObjectRef::new(&name));
+            }
+        }),
+    }
+}
+
 /// Requeues the VMs of an acquired shard (and every ProviderConfig with shard 0).
-pub fn on_acquired(
+fn on_acquired(
     vms: Store<VirtualMachine>,
     configs: Store<ProviderConfig>,
     vm_tx: UnboundedSender<ObjectRef<VirtualMachine>>,
@@ -76,15 +103,7 @@ pub fn on_acquired(
     })
 }
 
-/// What the VM watch of a replica holding `held` of `count` shards asks for: `None`, every VM,
-/// while it holds [`PROVIDER_CONFIG_SHARD`] (a ProviderConfig's `vmCount` counts all of its
-/// VMs: right once the list of all of them has arrived, shortly after taking the shard
-/// over), else the KEP-5866 selector of its shards.
-pub fn vm_selector(held: &BTreeSet<u32>, count: u32) -> Option<String> {
-    (!held.contains(&PROVIDER_CONFIG_SHARD)).then(|| shard_selector(held, count))
-}
-
-/// `client`, adding [`vm_selector`] of the shards `held` says, read at each request, to every
+/// `client`, adding the shard selector of the shards `held` says, read at each request, to every
 /// list and watch of VirtualMachines. A watch that is not restarted when `held` changes keeps
 /// what it was started with; `relist::watch_restarting` restarts it.
 pub fn scoped_client(
@@ -95,9 +114,7 @@ pub fn scoped_client(
     let namespace = client.default_namespace().to_owned();
     let service = tower::service_fn(move |mut request: Request<Body>| {
         let client = client.clone();
-        if let Some(selector) = vm_selector(&held.borrow(), count) {
-            add_selector(&mut request, &selector);
-        }
+        add_selector(&mut request, &shard_selector(&held.borrow(), count));
         async move { client.send(request).await }
     });
     kube::Client::new(service, namespace)
@@ -180,19 +197,5 @@ mod tests {
                 None => assert_eq!(got, uri),
             }
         }
-    }
-
-    #[test]
-    fn the_provider_config_shard_watches_every_vm() {
-        let held = |s: &[u32]| s.iter().copied().collect::<BTreeSet<u32>>();
-        assert_eq!(vm_selector(&held(&[0, 2]), 3), None);
-        assert_eq!(
-            vm_selector(&held(&[2]), 3),
-            Some(shard_selector(&held(&[2]), 3))
-        );
-        assert_eq!(
-            vm_selector(&held(&[]), 3),
-            Some(shard_selector(&held(&[]), 3))
-        );
     }
 }

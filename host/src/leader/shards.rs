@@ -194,12 +194,40 @@ pub struct ShardConfig {
 /// Called with a shard's number when this replica starts holding it.
 pub type OnAcquired = Arc<dyn Fn(u32) + Send + Sync>;
 
+/// The VMs per ProviderConfig this replica knows of in the given shards.
+pub type CountHeld = Arc<dyn Fn(&BTreeSet<u32>) -> BTreeMap<String, u32> + Send + Sync>;
+
+/// Called with the ProviderConfigs whose total over the live members changed.
+pub type OnTotals = Arc<dyn Fn(Vec<String>) + Send + Sync>;
+
+/// What [`run`] tells the controllers, and asks them.
+#[derive(Clone)]
+pub struct Hooks {
+    pub on_acquired: OnAcquired,
+    /// Published on the member Lease each retry period ([`COUNTS_ANNOTATION`]).
+    pub count_held: CountHeld,
+    pub on_totals: OnTotals,
+}
+
+impl std::fmt::Debug for Hooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hooks").finish_non_exhaustive()
+    }
+}
+
+/// Annotation of a member Lease: its replica's VMs per ProviderConfig in the shards it holds
+/// (JSON object of counts). Summed over the live members, that is every VM once, without any
+/// replica watching all of them ([`Shards::total`]).
+pub const COUNTS_ANNOTATION: &str = "vmop.dev/vm-counts";
+
 /// This replica's view of which shards it holds.
 pub struct Shards {
     count: u32,
     held: Mutex<BTreeMap<u32, watch::Receiver<bool>>>,
     /// The shards held, announced on every acquisition and loss.
     held_set: watch::Sender<BTreeSet<u32>>,
+    /// The live members' [`COUNTS_ANNOTATION`]s, summed at the last retry period.
+    totals: Mutex<BTreeMap<String, u32>>,
 }
 
 impl std::fmt::Debug for Shards {
@@ -236,6 +264,30 @@ impl Shards {
                 held.remove(&shard)
             }
         });
+    }
+
+    /// The VMs of ProviderConfig `name` counted by all live replicas, each counting the shards
+    /// it holds: as of their last renewals, so a shard changing hands may be counted twice or
+    /// not at all for a retry period or two, and a dead replica's count stays until its member
+    /// Lease expires (one lease duration; `operator_sharding.rs` waits for the right sums).
+    pub fn total(&self, name: &str) -> u32 {
+        let totals = self.totals.lock().unwrap_or_else(PoisonError::into_inner);
+        totals.get(name).copied().unwrap_or(0)
+    }
+
+    /// Replaces the totals; returns the names whose total changed.
+    fn set_totals(&self, new: BTreeMap<String, u32>) -> Vec<String> {
+        let mut totals = self.totals.lock().unwrap_or_else(PoisonError::into_inner);
+        let changed = totals
+            .keys()
+            .chain(new.keys())
+            .filter(|name| totals.get(*name) != new.get(*name))
+            .cloned()
+            .collect::<BTreeSet<String>>()
+            .into_iter()
+            .collect();
+        *totals = new;
+        changed
     }
 
     /// The shards held right now.
@@ -282,7 +334,7 @@ pub async fn run(
     config: ShardConfig,
     metrics: Metrics,
     shards: Arc<Shards>,
-    on_acquired: OnAcquired,
+    hooks: Hooks,
     stop: impl Future<Output = ()>,
 ) {
     let api: Api<Lease> = Api::namespaced(client.clone(), &config.lease.namespace);
@@ -298,17 +350,23 @@ pub async fn run(
             () = &mut stop => break,
             _ = ticks.tick() => {}
         }
-        if let Err(e) = renew_member(&api, &member, &config).await {
+        let held = shards.held_set.borrow().clone();
+        let counts = (hooks.count_held)(&held);
+        if let Err(e) = renew_member(&api, &member, &config, &counts).await {
             tracing::warn!(error = %e, "failed to renew the shard member Lease");
             continue;
         }
-        let members = match live_members(&api, &config).await {
-            Ok(members) => members,
+        let (members, totals) = match live_members(&api, &config).await {
+            Ok(live) => live,
             Err(e) => {
                 tracing::warn!(error = %e, "failed to list the shard members");
                 continue;
             }
         };
+        let changed = shards.set_totals(totals);
+        if !changed.is_empty() {
+            (hooks.on_totals)(changed);
+        }
         let roles = roles(&me, config.count, &members, alive);
         for (shard, role) in (0..config.count).zip(roles) {
             let holding = shards.holding(shard).is_some();
@@ -344,7 +402,12 @@ pub async fn run(
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .insert(shard, rx.clone());
-            let announcer = tokio::spawn(announce(shard, rx, shards.clone(), on_acquired.clone()));
+            let announcer = tokio::spawn(announce(
+                shard,
+                rx,
+                shards.clone(),
+                hooks.on_acquired.clone(),
+            ));
             campaigns.insert(
                 shard,
                 Campaign {
@@ -388,7 +451,13 @@ async fn announce(
     }
 }
 
-async fn renew_member(api: &Api<Lease>, name: &str, config: &ShardConfig) -> kube::Result<()> {
+async fn renew_member(
+    api: &Api<Lease>,
+    name: &str,
+    config: &ShardConfig,
+    counts: &BTreeMap<String, u32>,
+) -> kube::Result<()> {
+    let counts = serde_json::to_string(counts).unwrap_or_default();
     let now = MicroTime(Timestamp::now());
     let seconds = i32::try_from(config.lease.lease_duration.as_secs()).unwrap_or(i32::MAX);
     let spec = LeaseSpec {
@@ -400,6 +469,11 @@ async fn renew_member(api: &Api<Lease>, name: &str, config: &ShardConfig) -> kub
     match api.get_opt(name).await? {
         Some(mut lease) => {
             lease.spec = Some(spec);
+            lease
+                .metadata
+                .annotations
+                .get_or_insert_default()
+                .insert(COUNTS_ANNOTATION.to_owned(), counts);
             api.replace(name, &PostParams::default(), &lease).await?;
         }
         None => {
@@ -407,6 +481,7 @@ async fn renew_member(api: &Api<Lease>, name: &str, config: &ShardConfig) -> kub
                 metadata: ObjectMeta {
                     name: Some(name.to_owned()),
                     labels: Some([(GROUP_LABEL.to_owned(), config.group.clone())].into()),
+                    annotations: Some([(COUNTS_ANNOTATION.to_owned(), counts)].into()),
                     ..ObjectMeta::default()
                 },
                 spec: Some(spec),
@@ -418,14 +493,15 @@ async fn renew_member(api: &Api<Lease>, name: &str, config: &ShardConfig) -> kub
 }
 
 /// The members whose Lease was renewed within its duration, with how long ago (by the wall
-/// clock: membership decides balance only).
+/// clock: membership decides balance only), and the sum of their [`COUNTS_ANNOTATION`]s.
 async fn live_members(
     api: &Api<Lease>,
     config: &ShardConfig,
-) -> kube::Result<BTreeMap<String, Duration>> {
+) -> kube::Result<(BTreeMap<String, Duration>, BTreeMap<String, u32>)> {
     let selector = format!("{GROUP_LABEL}={}", config.group);
     let list = api.list(&ListParams::default().labels(&selector)).await?;
     let now = Timestamp::now();
+    let mut totals = BTreeMap::new();
     let mut members: BTreeMap<String, Duration> = list
         .items
         .into_iter()
@@ -436,11 +512,28 @@ async fn live_members(
                 u64::try_from(spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0),
             );
             let age = Duration::try_from(now.duration_since(renewed)).unwrap_or(Duration::ZERO);
-            (age < duration).then_some((spec.holder_identity?, age))
+            if age >= duration {
+                return None;
+            }
+            add_counts(&mut totals, lease.metadata.annotations.as_ref());
+            Some((spec.holder_identity?, age))
         })
         .collect();
     members.insert(config.lease.identity.clone(), Duration::ZERO);
-    Ok(members)
+    Ok((members, totals))
+}
+
+/// Adds a member Lease's [`COUNTS_ANNOTATION`] to `totals`; one that does not parse (another
+/// version's, or none) adds nothing.
+fn add_counts(totals: &mut BTreeMap<String, u32>, annotations: Option<&BTreeMap<String, String>>) {
+    let counts = annotations
+        .and_then(|a| a.get(COUNTS_ANNOTATION))
+        .and_then(|json| serde_json::from_str::<BTreeMap<String, u32>>(json).ok())
+        .unwrap_or_default();
+    for (name, n) in counts {
+        let total = totals.entry(name).or_insert(0);
+        *total = total.saturating_add(n);
+    }
 }
 
 /// An empty view of `count` shards, filled by [`run`].
@@ -449,6 +542,7 @@ pub fn shards(count: u32) -> Arc<Shards> {
         count: count.max(1),
         held: Mutex::new(BTreeMap::new()),
         held_set: watch::Sender::new(BTreeSet::new()),
+        totals: Mutex::new(BTreeMap::new()),
     })
 }
 
@@ -497,6 +591,30 @@ mod tests {
             per_shard.iter().all(|n| (150..350).contains(n)),
             "{per_shard:?}"
         );
+    }
+
+    #[test]
+    fn totals_sum_the_members_counts_and_name_what_changed() {
+        let lease = |json: &str| Some([(COUNTS_ANNOTATION.to_owned(), json.to_owned())].into());
+        let mut totals = BTreeMap::new();
+        add_counts(&mut totals, lease(r#"{"a":2,"b":1}"#).as_ref());
+        add_counts(&mut totals, lease(r#"{"a":3}"#).as_ref());
+        add_counts(&mut totals, lease("not json").as_ref());
+        add_counts(&mut totals, None);
+        assert_eq!(
+            totals,
+            BTreeMap::from([("a".to_owned(), 5), ("b".to_owned(), 1)])
+        );
+        let shards = shards(3);
+        assert_eq!(shards.set_totals(totals.clone()), ["a", "b"]);
+        assert_eq!(shards.total("a"), 5);
+        totals.remove("b");
+        assert_eq!(
+            shards.set_totals(totals),
+            ["b"],
+            "a name that is gone changed to 0"
+        );
+        assert_eq!(shards.total("b"), 0);
     }
 
     #[test]
