@@ -56,6 +56,7 @@
 //!   `retry_period`). Do not delete the Lease of a running operator.
 
 mod elector;
+mod partition;
 mod record;
 pub mod shards;
 
