@@ -13,6 +13,7 @@
 use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::channel::mpsc::UnboundedSender;
 use http::Request;
@@ -105,27 +106,55 @@ fn on_acquired(
 
 /// `client`, adding the shard selector of the shards `held` says, read at each request, to every
 /// list and watch of VirtualMachines. A watch that is not restarted when `held` changes keeps
-/// what it was started with; `relist::watch_restarting` restarts it.
+/// what it was started with; `relist::watch_restarting` restarts it. An API server that
+/// answers 400 to a request with the selector (a later version of an alpha API) gets that
+/// request again without it, and no selector after that, with a warning: the replica then
+/// watches every VM, as before server-side sharding (`a_refused_selector_is_dropped_for_good`).
 pub fn scoped_client(
     client: kube::Client,
     held: watch::Receiver<BTreeSet<u32>>,
     count: u32,
 ) -> kube::Client {
     let namespace = client.default_namespace().to_owned();
+    let refused = Arc::new(AtomicBool::new(false));
     let service = tower::service_fn(move |mut request: Request<Body>| {
         let client = client.clone();
-        add_selector(&mut request, &shard_selector(&held.borrow(), count));
-        async move { client.send(request).await }
+        let refused = refused.clone();
+        // Without the selector, to send again should the API server refuse it.
+        let plain = (
+            request.method().clone(),
+            request.uri().clone(),
+            request.headers().clone(),
+        );
+        let scoped = !refused.load(Ordering::Relaxed)
+            && add_selector(&mut request, &shard_selector(&held.borrow(), count));
+        async move {
+            let response = client.send(request).await?;
+            if !scoped || response.status() != http::StatusCode::BAD_REQUEST {
+                return Ok(response);
+            }
+            refused.store(true, Ordering::Relaxed);
+            tracing::warn!(
+                "the API server refused the VM watch's shard selector; watching every VM from now \
+                 on (each is still reconciled only by the holder of its shard)"
+            );
+            let (method, uri, headers) = plain;
+            let mut retry = Request::new(Body::empty());
+            *retry.method_mut() = method;
+            *retry.uri_mut() = uri;
+            *retry.headers_mut() = headers;
+            client.send(retry).await
+        }
     });
     kube::Client::new(service, namespace)
 }
 
 /// Appends `shardSelector=<selector>` to a GET of a VirtualMachine collection (a list or a
-/// watch; a GET of one VM ends in its name).
-fn add_selector(request: &mut Request<Body>, selector: &str) {
+/// watch; a GET of one VM ends in its name); says whether it did.
+fn add_selector(request: &mut Request<Body>, selector: &str) -> bool {
     let uri = request.uri();
     if request.method() != http::Method::GET || !uri.path().ends_with("/virtualmachines") {
-        return;
+        return false;
     }
     let mut query = uri.query().unwrap_or_default().to_owned();
     if !query.is_empty() {
@@ -140,13 +169,15 @@ fn add_selector(request: &mut Request<Body>, selector: &str) {
         }
     }
     let Ok(path_and_query) = PathAndQuery::try_from(format!("{}?{query}", uri.path())) else {
-        return;
+        return false;
     };
     let mut parts = uri.clone().into_parts();
     parts.path_and_query = Some(path_and_query);
-    if let Ok(uri) = http::Uri::from_parts(parts) {
-        *request.uri_mut() = uri;
-    }
+    let Ok(uri) = http::Uri::from_parts(parts) else {
+        return false;
+    };
+    *request.uri_mut() = uri;
+    true
 }
 
 #[cfg(test)]
@@ -190,12 +221,53 @@ mod tests {
             (http::Method::GET, "/api/v1/configmaps?&watch=true", None),
         ] {
             let mut r = request(method, uri);
-            add_selector(&mut r, selector);
+            assert_eq!(add_selector(&mut r, selector), want.is_some());
             let got = r.uri().to_string();
             match want {
                 Some(prefix) => assert_eq!(got, format!("{prefix}{encoded}")),
                 None => assert_eq!(got, uri),
             }
         }
+    }
+
+    #[tokio::test]
+    async fn a_refused_selector_is_dropped_for_good() {
+        let seen = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let log = seen.clone();
+        let api_server = tower::service_fn(move |request: Request<Body>| {
+            let uri = request.uri().to_string();
+            let mut response = http::Response::new(Body::empty());
+            if uri.contains("shardSelector") {
+                *response.status_mut() = http::StatusCode::BAD_REQUEST;
+            }
+            log.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(uri);
+            async move { Ok::<_, std::convert::Infallible>(response) }
+        });
+        let (_held, changes) = watch::channel(BTreeSet::from([1]));
+        let client = scoped_client(kube::Client::new(api_server, "default"), changes, 3);
+        for _ in 0..2 {
+            let list = request(http::Method::GET, "/apis/vmop.dev/v1alpha1/virtualmachines");
+            let response = client.send(list).await;
+            assert_eq!(
+                response.map(|r| r.status()).ok(),
+                Some(http::StatusCode::OK)
+            );
+        }
+        let seen = seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let plain = "/apis/vmop.dev/v1alpha1/virtualmachines";
+        assert_eq!(seen.len(), 3, "{seen:?}");
+        assert!(
+            seen.first().is_some_and(|u| u.contains("shardSelector=")),
+            "{seen:?}"
+        );
+        assert_eq!(
+            seen.get(1..),
+            Some(&[plain.to_owned(), plain.to_owned()][..])
+        );
     }
 }
