@@ -6,10 +6,12 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::time::Duration;
 
 use anyhow::ensure;
+use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
-use kube::api::DeleteParams;
+use kube::api::{DeleteParams, ListParams};
 use vmop::api::ProviderConfig;
 use vmop_tests::operator::writes::{api_writes, to};
 use vmop_tests::operator::{Env, wait_for};
@@ -51,6 +53,28 @@ async fn a_vm_lifecycle_costs_the_peers_writes_and_no_event() -> anyhow::Result<
         },
     )
     .await?;
+    // Its `PluginLoaded` Event is written after that status: wait for it, or it may land in the
+    // counted window.
+    let events: kube::Api<Event> = kube::Api::all(env.client.clone());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !events
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .any(|e| {
+            e.reason.as_deref() == Some("PluginLoaded")
+                && e.regarding
+                    .as_ref()
+                    .is_some_and(|r| r.name.as_deref() == Some(provider.as_str()))
+        })
+    {
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "no PluginLoaded Event for {provider}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     let before = api_writes(&env.client).await?;
     for i in 0..VMS {
