@@ -133,14 +133,7 @@ async fn converge(
 /// Duplicated (uids with more than one instance ever made) and leaked (uids with a live
 /// instance whose VM no longer exists; a VM still there is stuck, not leaking) among `uids`.
 async fn instances(env: &Env, uids: &[String]) -> anyhow::Result<(Vec<String>, Vec<String>)> {
-    let existing: Vec<String> = env
-        .vms()
-        .list(&ListParams::default())
-        .await?
-        .items
-        .iter()
-        .filter_map(|vm| vm.uid())
-        .collect();
+    let existing = env.vm_uids().await?;
     let mut duplicated = Vec::new();
     let mut leaked = Vec::new();
     for uid in uids {

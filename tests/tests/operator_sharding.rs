@@ -114,14 +114,7 @@ async fn wait_spread(operators: &[Operator]) -> anyhow::Result<Vec<Vec<u32>>> {
 /// Waits until each replica caches exactly the VMs of the shards it holds.
 async fn wait_caches(env: &Env, operators: &[Operator], spread: &[Vec<u32>]) -> anyhow::Result<()> {
     let shards: u32 = SHARDS.parse()?;
-    let uids: Vec<String> = env
-        .vms()
-        .list(&ListParams::default())
-        .await?
-        .items
-        .iter()
-        .filter_map(|vm| vm.uid())
-        .collect();
+    let uids = env.vm_uids().await?;
     let want: Vec<usize> = spread
         .iter()
         .map(|held| {

@@ -240,8 +240,9 @@ pub async fn run(
         // (shards acquired) are reconciled, including those the trigger predicate saw before.
         .map_ok(move |event| {
             if matches!(event, watcher::Event::InitDone) {
-                for vm in entered.take_entered() {
-                    if let Some(tx) = &requeue_entered {
+                let vms = entered.take_entered();
+                if let Some(tx) = &requeue_entered {
+                    for vm in vms {
                         let _ = tx.unbounded_send(vm);
                     }
                 }

@@ -248,6 +248,18 @@ impl Env {
         Api::namespaced(self.client.clone(), &self.namespace)
     }
 
+    /// The uids of the VMs in the test namespace now.
+    pub async fn vm_uids(&self) -> anyhow::Result<Vec<String>> {
+        Ok(self
+            .vms()
+            .list(&Default::default())
+            .await?
+            .items
+            .iter()
+            .filter_map(|vm| vm.metadata.uid.clone())
+            .collect())
+    }
+
     pub fn secrets(&self) -> Api<Secret> {
         Api::namespaced(self.client.clone(), &self.namespace)
     }
