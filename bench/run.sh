@@ -165,6 +165,7 @@ run() { # IMPL N REP
   rm -rf "$work/vmop-cache" && mkdir -p "$work/vmop-cache"
   local extra=(-idle "$idle")
   [ "$impl" = floor ] && extra=(-floor -idle 0s) # no operator to watch idling
+  [ -n "${PPROF:-}" ] && extra+=(-pprof "$work/pprof")
   printf '%s\t%s\n' "$impl N=$n #$rep" "$(cut -d' ' -f1-3 /proc/loadavg)" >>"$work/loads.tsv"
   say "$impl N=$n #$rep (namespace $ns; load $(cut -d' ' -f1-3 /proc/loadavg))"
   "$bin/driver" -namespace "$ns" -n "$n" -workers 16 "${extra[@]}" -deadline "$deadline" \

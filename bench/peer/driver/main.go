@@ -73,6 +73,7 @@ func main() {
 	logPath := flag.String("log", "/dev/null", "the operator's stdout and stderr")
 	doDelete := flag.Bool("delete", true, "run the delete phase (false: leave the VMs)")
 	floor := flag.Bool("floor", false, "no operator: the creating workers write each VM's status themselves (the bare-client floor)")
+	pprofDir := flag.String("pprof", "", "write kube-apiserver CPU profiles of the create and delete phases into this directory")
 	watch := watchFlag{}
 	flag.Var(watch, "watch", "NAME=PID of another process whose CPU to record per phase (repeatable)")
 	flag.Parse()
@@ -153,6 +154,7 @@ func main() {
 		StartupPeakMiB: kib(startHWM)}
 
 	// create
+	prof := startProfiler(kube, *pprofDir, strings.ReplaceAll(*label, " ", "_")+"-create")
 	p := begin(ctx, kube, pid, watch)
 	jobs := make(chan int)
 	var wg sync.WaitGroup
@@ -192,6 +194,7 @@ func main() {
 	err = tr.wait(*deadline, func(ready, _ int) bool { return ready == *n+keep }, exited)
 	wg.Wait()
 	res.Create = p.end(ctx, kube, *n)
+	prof.stop()
 	res.PostSeconds = posted.Sub(p.t0).Seconds()
 	if err != nil {
 		res.Create.Error = err.Error()
@@ -211,6 +214,7 @@ func main() {
 	}
 
 	// delete
+	prof = startProfiler(kube, *pprofDir, strings.ReplaceAll(*label, " ", "_")+"-delete")
 	p = begin(ctx, kube, pid, watch)
 	for attempt := 0; ; attempt++ {
 		err := vms.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
@@ -224,6 +228,7 @@ func main() {
 	}
 	err = tr.wait(*deadline, func(_, present int) bool { return present == 0 }, exited)
 	res.Delete = p.end(ctx, kube, *n)
+	prof.stop()
 	if err != nil {
 		res.Delete.Error = err.Error()
 	}

@@ -55,6 +55,7 @@
 //!   create it at once, and the old leader steps down at its next renewal (within
 //!   `retry_period`). Do not delete the Lease of a running operator.
 
+mod assignment;
 mod elector;
 mod partition;
 mod record;
