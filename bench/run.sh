@@ -19,6 +19,7 @@
 # For each N and each rep the runs alternate floor, vmop, peer, each in its own namespace, in that
 # order on odd rounds and reversed on even ones, so that no impl always runs first or last (the
 # machine drifts over a session: the summary lists the load average at each run's start).
+# IMPLS may add peer-same: the peer storing the object vmop stores (bench/peer/main.go -status vmop).
 # MODE=shards: vmop on 1 replica vs 3 sharded replicas (IMPLS "vmop-x1 vmop-x3", K replicas
 # with --shards K each; base-xK: VMOP_BASE's), default N=5000, 1 round, no idle phase; prints
 # the speed-up.
@@ -158,7 +159,11 @@ run() { # IMPL N REP
     base-x*) cmd=(-- "$here/replicas.sh" "${impl#base-x}" "${VMOP_BASE:?impl base-xK measures the binary VMOP_BASE names}" "${vmop_run[@]}") ;;
     peer) cmd=(-- "$bin/peer" --namespace '{ns}' --metrics-bind-address 127.0.0.1:0
                --max-concurrent-reconciles 16) ;;
-    *) echo "run.sh: unknown implementation $impl (floor, base, vmop, peer, vmop-xK, base-xK)" >&2; return 1 ;;
+    # The peer storing the object vmop stores (its status fields, the create-location annotation):
+    # the same operator work with vmop's object, to tell the object's cost from the operator's.
+    peer-same) cmd=(-- "$bin/peer" --namespace '{ns}' --metrics-bind-address 127.0.0.1:0
+               --max-concurrent-reconciles 16 -status vmop -location "testcloud:$endpoint") ;;
+    *) echo "run.sh: unknown implementation $impl (floor, base, vmop, peer, peer-same, vmop-xK, base-xK)" >&2; return 1 ;;
   esac
   # Every vmop run starts as a new pod does, with an empty plugin cache (the chart's emptyDir):
   # it compiles the plugin at start, and what that leaves in its memory counts.

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Issue 12's table from the driver's results.jsonl: per N, floor | vmop | peer with ratios
-vmop/peer, vmop/floor and peer/floor (ratios of the means; each cell the range over the runs),
-then the writes per VM by verb and resource.
+"""Issue 12's table from the driver's results.jsonl: per N, floor | base | vmop | peer |
+peer-same (the peer storing vmop's object), those that ran, with ratios vmop/peer,
+vmop/peer-same, vmop/base, vmop/floor and peer/floor (ratios of the means; each cell the range
+over the runs), then the writes per VM by verb and resource.
 
 usage: summarize.py RESULTS.jsonl [META.txt] [LOADS.tsv]"""
 import json
@@ -9,7 +10,7 @@ import os
 import sys
 from collections import defaultdict
 
-IMPLS = ("floor", "base", "vmop", "peer")
+IMPLS = ("floor", "base", "vmop", "peer", "peer-same")
 DRIVER_WRITES = ("POST virtualmachines", "DELETECOLLECTION virtualmachines")
 
 
@@ -86,7 +87,8 @@ def ratio(a, b):
 
 def table(groups, n, impls, rows):
     have = [i for i in IMPLS if i in impls]
-    pairs = [(a, b) for a, b in (("vmop", "peer"), ("vmop", "base"), ("vmop", "floor"), ("peer", "floor")) if a in have and b in have]
+    pairs = [(a, b) for a, b in (("vmop", "peer"), ("vmop", "peer-same"), ("vmop", "base"), ("vmop", "floor"),
+                                 ("peer", "floor")) if a in have and b in have]
     lines = ["| | " + " | ".join(f"{i} N={n}" for i in have) + "".join(f" | {a}/{b}" for a, b in pairs) + " |",
              "|---" * (1 + len(have) + len(pairs)) + "|"]
     for name, f, unit, floor_has in rows:
