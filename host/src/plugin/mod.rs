@@ -12,7 +12,6 @@
 //! - [`precompile`]: compiling in this process or in a `vmop precompile` child.
 
 mod bindings;
-pub mod bounds;
 pub mod cache;
 mod component;
 pub mod conformance;
@@ -26,7 +25,6 @@ pub mod registry;
 pub mod sandbox;
 pub mod signing;
 mod state;
-pub mod types;
 
 pub use bindings::WIT_VERSION;
 pub use component::Plugin;
@@ -38,4 +36,5 @@ pub use registry::{
 };
 pub use sandbox::{CallContext, CallError, CallLimits};
 pub use signing::{RequestSigner, SignerError, SigningMode};
-pub use types::*;
+pub use vmop_contract::{bounds, types};
+pub use vmop_contract::types::*;

@@ -4,7 +4,7 @@
 //! # Guarantees
 //!
 //! - A plugin answer over a bound never reaches status, Events, logs or metrics: the call fails
-//!   with [`super::CallError::ContractViolation`] (a plugin fault) naming the field and the
+//!   with the host's `CallError::ContractViolation` (a plugin fault) naming the field and the
 //!   bound, not the content (tests: `bounds::tests`, and `tests/tests/contract.rs`
 //!   `oversized_outputs_are_contract_violations` on the hostile guest).
 //! - A `retry-after` longer than [`MAX_RETRY_AFTER`] is a violation too, so a plugin cannot park
@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use super::types::{PluginInfo, ProviderError, VmStatus};
+use crate::types::{PluginInfo, ProviderError, VmStatus};
 
 pub const MAX_ID: usize = 256;
 pub const MAX_OWNER: usize = 256;
@@ -150,7 +150,7 @@ pub fn info(i: &PluginInfo) -> Result<(), Violation> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugin::Phase;
+    use crate::Phase;
 
     fn vm(id: &str) -> VmStatus {
         VmStatus {
