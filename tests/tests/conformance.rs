@@ -1,4 +1,4 @@
-//! The conformance suite (`vmop::plugin::conformance`, `vmop plugin conformance`) on real
+//! The conformance suite (`vmop::conformance`, `vmop plugin conformance`) on real
 //! components against live loopback backends: it passes the Rust and the Python EC2 providers
 //! against moto checking SigV4, the SDK-only `testcloud` provider against the loopback
 //! testcloud (`conformance/testcloud.rs`), passes the `machines` control guest, and fails each
@@ -16,7 +16,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
-use vmop::plugin::conformance::{self, CHECKS, Options, Outcome, Report};
+use vmop::conformance::{self, CHECKS, Options, Outcome, Report};
 use vmop::plugin::{CallContext, CallLimits, EgressPolicy, ProviderSettings};
 use vmop_tests::moto::Moto;
 use vmop_tests::operator::IMAGE;

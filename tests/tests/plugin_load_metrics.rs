@@ -20,7 +20,7 @@ fn registry(plugin_dir: &Path, metrics: &Metrics) -> anyhow::Result<PluginRegist
             info_limits: CallLimits::default(),
         },
     )?;
-    Ok(registry.with_metrics(metrics.clone()))
+    Ok(registry.with_observer(metrics.load_observer()))
 }
 
 /// `vmop_plugin_load_seconds_count{outcome}` (0 while the series does not exist).

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::plugin::{Parameter, ParameterKind};
+use vmop_runtime::{Parameter, ParameterKind};
 
 /// Why `spec.parameters` cannot be handed to the plugin.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -9,7 +9,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::plugin::Phase;
+use vmop_runtime::Phase;
 
 /// The desired machine. Fields the provider cannot change on an existing machine (image, user
 /// data, provider) are immutable: replace the VirtualMachine to change them (the operator never

@@ -1,4 +1,4 @@
-//! `vmop plugin conformance`: the contract suite ([`crate::plugin::conformance`]) against a
+//! `vmop plugin conformance`: the contract suite ([`crate::conformance`]) against a
 //! live backend, as a table; the exit code fails CI when a check fails. This module only
 //! turns flags into [`Options`] and the report into text.
 
@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 
-use crate::plugin::conformance::{self, Options};
-use crate::plugin::{CallContext, CallLimits, EgressPolicy, ProviderSettings};
+use crate::conformance::{self, Options};
+use vmop_runtime::{CallContext, CallLimits, EgressPolicy, ProviderSettings};
 
 #[derive(Debug, clap::Args)]
 pub struct ConformanceArgs {

@@ -43,7 +43,7 @@ pub enum Command {
     Plan(plan::PlanArgs),
     /// Internal: compile the component on stdin, write wasmtime's artifact on stdout (what
     /// `vmop run` runs to compile a plugin outside its own memory; see `plugin::precompile`).
-    #[command(name = crate::plugin::precompile::SUBCOMMAND, hide = true)]
+    #[command(name = vmop_runtime::precompile::SUBCOMMAND, hide = true)]
     Precompile,
 }
 
@@ -57,7 +57,7 @@ impl Cli {
             Command::Crds => crds::print(),
             Command::Plugin(args) => plugin::run(args).await,
             Command::Plan(args) => plan::run(args).await,
-            Command::Precompile => Ok(crate::plugin::precompile::serve(
+            Command::Precompile => Ok(vmop_runtime::precompile::serve(
                 std::io::stdin().lock(),
                 std::io::stdout().lock(),
             )?),

@@ -17,7 +17,7 @@ use crate::api::{ProviderConfig, VirtualMachine};
 use crate::controller::limiter::Limiters;
 use crate::controller::plan::{PlanRow, plan};
 use crate::controller::provider::Resolver;
-use crate::plugin::{
+use vmop_runtime::{
     CallLimits, Connections, EngineConfig, PluginEngine, PluginRegistry, RegistryConfig,
 };
 

@@ -18,7 +18,7 @@ use crate::api::{
     CredentialsMode, Limits, PluginSource, ProviderConfig, ProviderConfigSpec, SecretRef,
 };
 use crate::controller::provider::apply_credentials;
-use crate::plugin::{
+use vmop_runtime::{
     CallContext, CallError, CallLimits, EgressPolicy, EngineConfig, Phase, Plugin, PluginEngine,
     PluginRegistry, ProviderSettings, RegistryConfig, VmSpec, VmStatus,
 };
@@ -241,7 +241,7 @@ fn inspect_json(plugin: &Plugin) -> Value {
         "name": info.name,
         "version": info.version,
         "witVersion": info.wit_version,
-        "hostWitVersion": crate::plugin::WIT_VERSION,
+        "hostWitVersion": vmop_runtime::WIT_VERSION,
         "capabilities": info.capabilities,
         "sha256": plugin.digest(),
         "imports": plugin.imports(),

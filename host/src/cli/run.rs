@@ -12,11 +12,11 @@ use futures::FutureExt;
 use crate::controller::{self, Options};
 use crate::leader::shards::ShardConfig;
 use crate::leader::{LeaderElector, LeaseConfig, default_identity};
-use crate::plugin::precompile::Compiler;
-use crate::plugin::{CallLimits, EngineConfig, PluginEngine, PluginRegistry, RegistryConfig};
 use crate::telemetry::health::Readiness;
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::server::{self, ServerState};
+use vmop_runtime::precompile::Compiler;
+use vmop_runtime::{CallLimits, EngineConfig, PluginEngine, PluginRegistry, RegistryConfig};
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
@@ -135,7 +135,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             args.plugin_dir.display()
         )
     })?
-    .with_metrics(metrics.clone())
+    .with_observer(metrics.load_observer())
     .with_compiler(Compiler::Child {
         exe: PathBuf::from("/proc/self/exe"),
     });

@@ -228,21 +228,7 @@ fn event_name(object: &str, nanos: i128) -> String {
     format!("{stem}{suffix}")
 }
 
-/// An error and its causes, `": "`-separated, for log lines, conditions and Events.
-pub fn chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = error.to_string();
-    let mut source = error.source();
-    while let Some(e) = source {
-        let text = e.to_string();
-        // `#[error(transparent)]` layers repeat their source's message.
-        if !out.ends_with(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = e.source();
-    }
-    out
-}
+pub use vmop_runtime::chain;
 
 /// Cuts `s` to at most `max` bytes on a character boundary (Event notes are limited to 1 kB).
 pub fn truncate(mut s: String, max: usize) -> String {
@@ -260,19 +246,6 @@ pub fn truncate(mut s: String, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[derive(Debug, thiserror::Error)]
-    #[error("outer")]
-    struct Outer(#[source] Inner);
-
-    #[derive(Debug, thiserror::Error)]
-    #[error("inner {0}")]
-    struct Inner(u8);
-
-    #[test]
-    fn chain_joins_causes() {
-        assert_eq!(chain(&Outer(Inner(7))), "outer: inner 7");
-    }
 
     #[test]
     fn event_names_fit_for_the_longest_object_names() {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use kube::runtime::controller::Action;
 use prometheus_client::encoding::{EncodeLabelValue, LabelValueEncoder};
 
-use crate::plugin::{CallError, LoadError, Operation, ProviderError};
+use vmop_runtime::{CallError, LoadError, Operation, ProviderError};
 
 macro_rules! label_value {
     ($ty:ty) => {
@@ -154,9 +154,9 @@ impl LoadOutcome {
         }
     }
 
-    pub fn of<T>(result: &Result<T, LoadError>) -> LoadOutcome {
+    pub fn of(result: Result<(), &LoadError>) -> LoadOutcome {
         match result {
-            Ok(_) => LoadOutcome::Ok,
+            Ok(()) => LoadOutcome::Ok,
             Err(LoadError::DigestMismatch { .. }) => LoadOutcome::DigestMismatch,
             Err(
                 LoadError::Compile { .. }
@@ -257,12 +257,9 @@ mod tests {
             expected: "a".into(),
             actual: "b".into(),
         };
-        assert_eq!(
-            LoadOutcome::of::<()>(&Err(mismatch)),
-            LoadOutcome::DigestMismatch
-        );
+        assert_eq!(LoadOutcome::of(Err(&mismatch)), LoadOutcome::DigestMismatch);
         let pin = LoadError::InvalidPin { pin: "x".into() };
-        assert_eq!(LoadOutcome::of::<()>(&Err(pin)), LoadOutcome::Error);
-        assert_eq!(LoadOutcome::of(&Ok(())), LoadOutcome::Ok);
+        assert_eq!(LoadOutcome::of(Err(&pin)), LoadOutcome::Error);
+        assert_eq!(LoadOutcome::of(Ok(())), LoadOutcome::Ok);
     }
 }

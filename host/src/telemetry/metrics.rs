@@ -25,7 +25,7 @@ use super::labels::OperationLabel;
 pub use super::labels::{CallOutcome, ControllerKind, LoadOutcome, ReconcileResult};
 use super::phases::PhaseCollector;
 pub use super::phases::PhaseCounts;
-use crate::plugin::Operation;
+use vmop_runtime::{LoadError, LoadObserver, Operation};
 
 /// controller-runtime's `controller_runtime_reconcile_time_seconds` buckets.
 const RECONCILE_BUCKETS: [f64; 40] = [
@@ -313,6 +313,11 @@ impl Metrics {
             .observe(duration.as_secs_f64());
     }
 
+    /// This registry's loads as `vmop_plugin_load_seconds` (see [`LoadObserver`]).
+    pub fn load_observer(&self) -> Arc<dyn LoadObserver> {
+        Arc::new(self.clone())
+    }
+
     /// `vmop_shard_members`: the members this replica spreads the shards over, once it has
     /// handed over the shards it no longer ranks first.
     pub fn set_shard_members(&self, members: usize) {
@@ -372,6 +377,12 @@ pub struct ReconcileGuard {
     metrics: Metrics,
     controller: ControllerKind,
     started: Instant,
+}
+
+impl LoadObserver for Metrics {
+    fn loaded(&self, result: Result<(), &LoadError>, took: Duration) {
+        self.plugin_load(LoadOutcome::of(result), took);
+    }
 }
 
 impl ReconcileGuard {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, ensure};
-use vmop::plugin::conformance::{self, Options, Outcome};
+use vmop::conformance::{self, Options, Outcome};
 use vmop::plugin::{
     CallContext, CallError, CallLimits, EgressPolicy, EngineConfig, Plugin, PluginEngine,
     PluginRegistry, ProviderError, ProviderSettings, RegistryConfig,

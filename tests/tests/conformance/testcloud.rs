@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
-use vmop::plugin::conformance::Options;
+use vmop::conformance::Options;
 use vmop::plugin::{CallError, Phase, ProviderError, UpdateOutcome, VmSpec};
 use vmop_tests::cloud::{self, Cloud, Config};
 

@@ -3,7 +3,7 @@
 
 use super::calls::describe;
 use super::suite::{Suite, status_text};
-use crate::plugin::component::Plugin;
+use vmop_runtime::Plugin;
 
 impl Suite<'_> {
     pub(super) async fn location(&mut self, plugin: &Plugin) {

@@ -138,7 +138,7 @@ impl From<wit::UpdateOutcome> for UpdateOutcome {
 mod tests {
     #[test]
     fn wit_version_matches_the_package() {
-        let wit = include_str!("../../../wit/provider.wit");
+        let wit = include_str!("../../wit/provider.wit");
         let expected = format!("package vmop:provider@{};", super::WIT_VERSION);
         assert!(
             wit.contains(&expected),

@@ -3,7 +3,7 @@
 
 use super::calls::describe;
 use super::suite::{Suite, Verdict};
-use crate::plugin::component::Plugin;
+use vmop_runtime::Plugin;
 
 impl Suite<'_> {
     /// Deletes what the run made, then judges the calls of the whole run.

@@ -25,8 +25,8 @@ use super::address::{HostKind, is_non_public};
 use super::allowlist::{Allowlist, EgressParseError, Target};
 use super::pool::Connections;
 use super::resolve::{Resolve, SystemResolver};
-use crate::plugin::redact::Redactor;
-use crate::plugin::signing::RequestSigner;
+use crate::redact::Redactor;
+use crate::signing::RequestSigner;
 
 /// The outbound policy of one ProviderConfig. The default allows nothing.
 #[derive(Clone)]
@@ -205,7 +205,7 @@ impl EgressPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugin::egress::resolve::StaticResolver;
+    use crate::egress::resolve::StaticResolver;
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap_or_else(|e| panic!("{s}: {e}"))

@@ -1,4 +1,4 @@
-//! The plugin runtime: one wasmtime engine, a registry of compiled provider components, and a
+//! vmop's plugin runtime: one wasmtime engine, a registry of compiled provider components, and a
 //! sandbox that runs every call in a fresh, bounded Store.
 //!
 //! - [`engine`]: the engine, linker, epoch ticker and instance slots.
@@ -14,7 +14,6 @@
 mod bindings;
 pub mod cache;
 mod component;
-pub mod conformance;
 pub mod egress;
 pub mod engine;
 mod files;
@@ -22,6 +21,7 @@ mod output;
 pub mod precompile;
 pub mod redact;
 pub mod registry;
+mod report;
 pub mod sandbox;
 pub mod signing;
 mod state;
@@ -34,7 +34,8 @@ pub use redact::Redactor;
 pub use registry::{
     DEFAULT_MAX_PLUGIN_BYTES, LoadError, PluginEvent, PluginRegistry, RegistryConfig, RegistryStats,
 };
+pub use report::{LoadObserver, chain};
 pub use sandbox::{CallContext, CallError, CallLimits};
 pub use signing::{RequestSigner, SignerError, SigningMode};
-pub use vmop_contract::{bounds, types};
 pub use vmop_contract::types::*;
+pub use vmop_contract::{bounds, types};

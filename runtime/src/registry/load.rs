@@ -10,14 +10,13 @@ use std::time::Instant;
 use wasmtime::component::Component;
 
 use super::{LoadError, Loaded, PluginEvent, PluginRegistry, Served};
-use crate::plugin::bindings::WIT_VERSION;
-use crate::plugin::component::{Plugin, exported_wit_version};
-use crate::plugin::files::{
+use crate::bindings::WIT_VERSION;
+use crate::component::{Plugin, exported_wit_version};
+use crate::files::{
     FileStamp, check_pin, digest_file, parse_pin, read_file, relative, wit_compatible,
 };
-use crate::plugin::precompile::Compiled;
-use crate::plugin::sandbox::CallContext;
-use crate::telemetry::metrics::LoadOutcome;
+use crate::precompile::Compiled;
+use crate::sandbox::CallContext;
 
 impl PluginRegistry {
     /// The plugin in `path` (relative to the plugin directory), checked against `pin` (hex
@@ -62,10 +61,10 @@ impl PluginRegistry {
         result: &Result<(Arc<Plugin>, Served), LoadError>,
         started: Instant,
     ) {
-        if let Some(metrics) = self.inner.metrics.get()
+        if let Some(observer) = self.inner.observer.get()
             && !matches!(result, Ok((_, Served::Memory)))
         {
-            metrics.plugin_load(LoadOutcome::of(result), started.elapsed());
+            observer.loaded(result.as_ref().map(|_| ()), started.elapsed());
         }
     }
 

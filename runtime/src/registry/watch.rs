@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::broadcast;
 
 use super::{Inner, LoadError, PluginRegistry};
-use crate::plugin::component::Plugin;
-use crate::plugin::files::FileStamp;
-use crate::telemetry::events::chain;
+use crate::component::Plugin;
+use crate::files::FileStamp;
+use crate::report::chain;
 
 /// A path's plugin was swapped or stopped being served.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -162,7 +162,7 @@ mod tests {
     use wasmtime_wasi_http::RequestOptions;
 
     use super::*;
-    use crate::plugin::egress::connect::{self, Reuse};
+    use crate::egress::connect::{self, Reuse};
 
     /// A loopback HTTP/1.1 server answering every request on a connection with `response`,
     /// closing after it when `close`; counts the connections it accepted.

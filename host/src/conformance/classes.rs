@@ -3,9 +3,9 @@
 
 use super::calls::describe;
 use super::suite::Suite;
-use crate::plugin::component::Plugin;
-use crate::plugin::sandbox::CallError;
-use crate::plugin::types::{ErrorClass, ProviderError};
+use vmop_runtime::Plugin;
+use vmop_runtime::sandbox::CallError;
+use vmop_runtime::types::{ErrorClass, ProviderError};
 
 use super::is_unauthorized;
 

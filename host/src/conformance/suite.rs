@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 use super::Options;
 use super::calls::{Calls, describe};
 use super::report::{Outcome, Report};
-use crate::plugin::bindings::WIT_VERSION;
-use crate::plugin::component::Plugin;
-use crate::plugin::registry::PluginRegistry;
-use crate::plugin::sandbox::{CallContext, CallError};
-use crate::plugin::types::{VmSpec, VmStatus};
+use vmop_runtime::Plugin;
+use vmop_runtime::WIT_VERSION;
+use vmop_runtime::registry::PluginRegistry;
+use vmop_runtime::sandbox::{CallContext, CallError};
+use vmop_runtime::types::{VmSpec, VmStatus};
 
 /// What a check concluded: a reason to pass with, or one to fail with.
 pub(super) type Verdict = Result<String, String>;

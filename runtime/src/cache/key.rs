@@ -56,7 +56,7 @@ fn current_uid() -> io::Result<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugin::cache::{ArtifactCache, KEY_FILE};
+    use crate::cache::{ArtifactCache, KEY_FILE};
     use wasmtime::Engine;
 
     #[test]

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::plugin::sandbox::CallError;
+use vmop_runtime::sandbox::CallError;
 
 /// One call's record.
 #[derive(Debug, Clone)]

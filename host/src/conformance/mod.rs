@@ -54,9 +54,9 @@ use std::time::{Duration, SystemTime};
 
 pub use report::{CheckResult, Outcome, Report};
 
-use super::engine::{EngineConfig, EngineError, PluginEngine};
-use super::registry::{LoadError, PluginRegistry, RegistryConfig};
-use super::sandbox::{CallContext, CallError};
+use vmop_runtime::engine::{EngineConfig, EngineError, PluginEngine};
+use vmop_runtime::registry::{LoadError, PluginRegistry, RegistryConfig};
+use vmop_runtime::sandbox::{CallContext, CallError};
 
 /// The checks, in the order they run.
 pub const CHECKS: [&str; 17] = [
@@ -186,7 +186,7 @@ fn nonce() -> String {
 fn is_unauthorized(error: &CallError) -> bool {
     matches!(
         error,
-        CallError::Provider(super::types::ProviderError::Unauthorized(_))
+        CallError::Provider(vmop_runtime::types::ProviderError::Unauthorized(_))
     )
 }
 

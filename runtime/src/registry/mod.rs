@@ -29,12 +29,13 @@
 //! failure is announced on [`PluginRegistry::subscribe`], so the controller can re-enqueue
 //! the VMs of the ProviderConfigs using that path.
 //!
-//! # Metrics
+//! # Observing loads
 //!
-//! With [`PluginRegistry::with_metrics`], every load that did real work (read, verify, compile
-//! or map from the disk cache, `info()`) and every failed load is recorded in
-//! `vmop_plugin_load_seconds`; loads answered from memory (unchanged file, known digest) are not,
-//! so the histogram shows what loading costs rather than how often the controller asks.
+//! With [`PluginRegistry::with_observer`], every load that did real work (read, verify, compile
+//! or map from the disk cache, `info()`) and every failed load is reported to a
+//! [`LoadObserver`] (the operator's `vmop_plugin_load_seconds`); loads answered from memory
+//! (unchanged file, known digest) are not, so it sees what loading costs rather than how often
+//! the controller asks.
 //!
 //! # Layout
 //!
@@ -64,7 +65,7 @@ pub use super::files::DEFAULT_MAX_PLUGIN_BYTES;
 use super::files::{FileStamp, relative};
 use super::precompile::Compiler;
 use super::sandbox::CallLimits;
-use crate::telemetry::metrics::Metrics;
+use crate::report::LoadObserver;
 
 /// Counters that make the registry's caching observable.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -108,7 +109,7 @@ struct Inner {
     disk_hits: AtomicU64,
     digest_hits: AtomicU64,
     max_plugin_bytes: AtomicU64,
-    metrics: OnceLock<Metrics>,
+    observer: OnceLock<Arc<dyn LoadObserver>>,
     compiler: OnceLock<Compiler>,
 }
 
@@ -159,16 +160,16 @@ impl PluginRegistry {
                 disk_hits: AtomicU64::new(0),
                 digest_hits: AtomicU64::new(0),
                 max_plugin_bytes: AtomicU64::new(DEFAULT_MAX_PLUGIN_BYTES),
-                metrics: OnceLock::new(),
+                observer: OnceLock::new(),
                 compiler: OnceLock::new(),
             }),
         })
     }
 
-    /// Records loads into `metrics` (see the module docs). A registry records into one
-    /// `Metrics`: the first call wins, later ones are ignored.
-    pub fn with_metrics(self, metrics: Metrics) -> Self {
-        let _ = self.inner.metrics.set(metrics);
+    /// Reports loads to `observer` (see the module docs). A registry reports to one observer:
+    /// the first call wins, later ones are ignored.
+    pub fn with_observer(self, observer: Arc<dyn LoadObserver>) -> Self {
+        let _ = self.inner.observer.set(observer);
         self
     }
 

@@ -2,9 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::plugin::engine::WasmError;
-use crate::plugin::precompile::CompileError;
-use crate::plugin::sandbox::CallError;
+use crate::engine::WasmError;
+use crate::precompile::CompileError;
+use crate::sandbox::CallError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {

@@ -2,7 +2,7 @@
 //!
 //! 1. the [`EgressPolicy`] allowlist (user info in the URI is refused outright);
 //! 2. resolution and the address check ([`EgressPolicy`] docs);
-//! 3. with a [`RequestSigner`](crate::plugin::signing::RequestSigner): the guest's own
+//! 3. with a [`RequestSigner`](crate::signing::RequestSigner): the guest's own
 //!    credential headers are removed and the host's are added (SigV4 over the whole body, at
 //!    most [`MAX_SIGNED_BODY_BYTES`]);
 //! 4. the request is sent to a checked address ([`super::connect`]) with every timeout clamped
@@ -96,7 +96,7 @@ impl WasiHttpHooks for EgressHooks {
                         (Bytes::new(), body)
                     };
                     signer.sign(&mut parts, &bytes).map_err(|e| {
-                        tracing::warn!(provider = %label, error = %crate::telemetry::events::chain(&e), "plugin HTTP request could not be signed");
+                        tracing::warn!(provider = %label, error = %crate::report::chain(&e), "plugin HTTP request could not be signed");
                         HttpError::InternalError(Some("the host could not sign the request".into()))
                     })?;
                     http::Request::from_parts(parts, body)
