@@ -16,7 +16,6 @@ pub mod cache;
 mod component;
 pub mod egress;
 pub mod engine;
-mod files;
 mod output;
 pub mod precompile;
 pub mod redact;

@@ -261,7 +261,7 @@ mod tests {
     fn what_serve_writes_deserializes_into_the_operators_pooling_engine() {
         let mut artifact = Vec::new();
         serve(EMPTY_COMPONENT, &mut artifact).unwrap();
-        let pooling = super::super::engine::PluginEngine::new(&Default::default()).unwrap();
+        let pooling = crate::engine::PluginEngine::new(&Default::default()).unwrap();
         assert!(pooling.is_pooling(), "the test machine supports pooling");
         deserialize(pooling.engine(), &artifact).unwrap();
     }

@@ -8,7 +8,7 @@
 //!   (`redact::tests::longest_value_wins`).
 //! - The plugin runtime applies it to `log` lines and captured stdout/stderr
 //!   (`sandbox::redaction_reaches_logs_and_output` in tests/tests/sandbox.rs); callers apply
-//!   [`Redactor::call_error`] and [`Redactor::status`] to what a call returns.
+//!   [`Redactor::provider_error`] and [`Redactor::status`] to what a call returns.
 //!
 //! # Caveats
 //!
@@ -24,7 +24,6 @@ use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
-use super::sandbox::CallError;
 use super::types::{ProviderError, VmStatus};
 
 /// The replacement text.
@@ -112,15 +111,6 @@ impl Redactor {
         }
     }
 
-    /// A call error with the plugin's words redacted. Traps, timeouts and memory errors carry
-    /// no plugin text (a guest's panic message goes to its stderr, which is redacted there).
-    pub fn call_error(&self, error: CallError) -> CallError {
-        match error {
-            CallError::Provider(e) => CallError::Provider(self.provider_error(e)),
-            other => other,
-        }
-    }
-
     /// Every string of a status the plugin reported.
     pub fn status(&self, status: VmStatus) -> VmStatus {
         VmStatus {
@@ -167,14 +157,14 @@ mod tests {
     #[test]
     fn errors_and_statuses_are_redacted_in_every_field() {
         let r = Redactor::new(["TOKEN123"]);
-        let e = r.call_error(CallError::Provider(ProviderError::RateLimited {
+        let e = r.provider_error(ProviderError::RateLimited {
             retry_after: std::time::Duration::from_secs(1),
             message: "slow TOKEN123".into(),
-        }));
+        });
         assert!(!e.to_string().contains("TOKEN123"), "{e}");
         let s = r.status(VmStatus {
             id: "i-TOKEN123".into(),
-            phase: super::super::types::Phase::Running,
+            phase: crate::Phase::Running,
             addresses: vec!["TOKEN123.example".into()],
             message: Some("TOKEN123".into()),
             owner: Some("uid-TOKEN123".into()),

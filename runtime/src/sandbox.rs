@@ -107,6 +107,15 @@ pub enum CallError {
 }
 
 impl CallError {
+    /// This error with the plugin's words redacted. Traps, timeouts and memory errors carry no
+    /// plugin text (a guest's panic message goes to its stderr, which is redacted there).
+    pub fn redacted(self, redactor: &Redactor) -> CallError {
+        match self {
+            CallError::Provider(e) => CallError::Provider(redactor.provider_error(e)),
+            other => other,
+        }
+    }
+
     /// What the controller should do next. A misbehaving guest is transient for that VM: the
     /// call is retried with backoff, and a fixed plugin file is picked up on reload.
     pub fn class(&self) -> ErrorClass {
@@ -257,7 +266,7 @@ pub(crate) async fn call_traced<E: Export>(
     let redactor = ctx.egress.redactor();
     let result = match result {
         Ok(output) => Ok(E::redact(output, redactor)),
-        Err(e) => Err(redactor.call_error(e)),
+        Err(e) => Err(e.redacted(redactor)),
     };
     forward_output(&ctx.label, op, "stdout", &stdout);
     forward_output(&ctx.label, op, "stderr", &stderr);

@@ -20,7 +20,7 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::bindings::{self, wit_log};
 use super::egress::EgressHooks;
-use super::output::CapturedOutput;
+use super::output::{CapturedOutput, truncate};
 use super::redact::Redactor;
 
 /// Per-call bounds on what a guest may say through `log`.
@@ -166,18 +166,6 @@ impl LogSink {
     }
 }
 
-/// Cuts at a char boundary at or below `max` bytes.
-pub(crate) fn truncate(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s.get(..end).unwrap_or_default()
-}
-
 /// Caps the sum of all linear memories (and of all table elements) of one instance at the
 /// call's limit, and remembers that it did, so the sandbox can report the cap rather than
 /// whatever the guest did after a failed allocation.
@@ -317,12 +305,5 @@ mod tests {
         let line = sink.line(&straddling);
         assert!(!line.contains("SECR"), "{line}");
         assert_eq!(line.len(), MAX_LOG_LINE_BYTES);
-    }
-
-    #[test]
-    fn truncate_respects_char_boundaries() {
-        assert_eq!(truncate("héllo", 2), "h");
-        assert_eq!(truncate("héllo", 3), "hé");
-        assert_eq!(truncate("abc", 10), "abc");
     }
 }

@@ -190,7 +190,7 @@ async fn call(args: CallArgs, out: &mut (dyn Write + Send)) -> anyhow::Result<()
             .await
             .map(|()| json!({ "deleted": id() })),
     };
-    match result.map_err(|e| redactor.call_error(e)) {
+    match result.map_err(|e| e.redacted(&redactor)) {
         Ok(value) => write_json(out, &json!({ "ok": value })),
         Err(e) => {
             write_json(

@@ -9,12 +9,12 @@ use std::time::Instant;
 
 use wasmtime::component::Component;
 
+use super::files::{
+    FileStamp, check_pin, digest_file, parse_pin, read_file, relative, wit_compatible,
+};
 use super::{LoadError, Loaded, PluginEvent, PluginRegistry, Served};
 use crate::bindings::WIT_VERSION;
 use crate::component::{Plugin, exported_wit_version};
-use crate::files::{
-    FileStamp, check_pin, digest_file, parse_pin, read_file, relative, wit_compatible,
-};
 use crate::precompile::Compiled;
 use crate::sandbox::CallContext;
 

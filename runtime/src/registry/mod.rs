@@ -42,9 +42,11 @@
 //! - this module: the registry's state and its read-only API;
 //! - [`load`]: loading one path (resolve, verify, compile, `info()`);
 //! - [`watch`]: change detection and [`PluginEvent`]s;
+//! - [`files`]: where plugin files come from (confined paths, pins, stamps, bounded reads);
 //! - [`error`]: the [`LoadError`] of every step.
 
 mod error;
+mod files;
 mod load;
 mod watch;
 
@@ -61,11 +63,11 @@ pub use watch::PluginEvent;
 use super::cache::ArtifactCache;
 use super::component::Plugin;
 use super::engine::PluginEngine;
-pub use super::files::DEFAULT_MAX_PLUGIN_BYTES;
-use super::files::{FileStamp, relative};
 use super::precompile::Compiler;
 use super::sandbox::CallLimits;
 use crate::report::LoadObserver;
+pub use files::DEFAULT_MAX_PLUGIN_BYTES;
+use files::{FileStamp, relative};
 
 /// Counters that make the registry's caching observable.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]

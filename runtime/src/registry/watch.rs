@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::broadcast;
 
+use super::files::FileStamp;
 use super::{Inner, LoadError, PluginRegistry};
 use crate::component::Plugin;
-use crate::files::FileStamp;
 use crate::report::chain;
 
 /// A path's plugin was swapped or stopped being served.

@@ -15,7 +15,7 @@ use std::time::SystemTime;
 
 use sha2::{Digest, Sha256};
 
-use super::registry::LoadError;
+use super::LoadError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct FileStamp {
