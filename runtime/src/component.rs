@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use wasmtime::component::Component;
 
-use super::bindings::{self, ProviderConfig};
+use super::bindings;
 use super::engine::PluginEngine;
+use super::exports::{self, Export};
 use super::sandbox::{self, CallContext, CallError};
 use super::state::State;
 use super::types::{PluginInfo, UpdateOutcome, VmSpec, VmStatus};
@@ -61,7 +62,7 @@ impl Plugin {
             .imports(engine.engine())
             .map(|(name, _)| name.to_string())
             .collect();
-        let info = match sandbox::call(&engine, &pre, info_ctx, sandbox::Info).await {
+        let info = match sandbox::call(&engine, &pre, info_ctx, exports::Info).await {
             Ok(info) => info,
             Err(e) => return Ok(Err(e)),
         };
@@ -89,50 +90,54 @@ impl Plugin {
         &self.imports
     }
 
+    /// Calls `export` in a fresh, bounded Store (see [`sandbox`] for what is guaranteed).
+    pub async fn call<E: Export>(
+        &self,
+        ctx: &CallContext,
+        export: E,
+    ) -> Result<E::Answer, CallError> {
+        sandbox::call(&self.engine, &self.pre, ctx, export).await
+    }
+
+    /// [`Plugin::call`], also saying whether the call may have reached the cloud: `false`
+    /// proves that no request left the host, so (for a `create`) no machine can have been made.
+    pub async fn call_traced<E: Export>(
+        &self,
+        ctx: &CallContext,
+        export: E,
+    ) -> (Result<E::Answer, CallError>, bool) {
+        sandbox::call_traced(&self.engine, &self.pre, ctx, export).await
+    }
+
     pub async fn location(&self, ctx: &CallContext) -> Result<String, CallError> {
-        let export = sandbox::Location {
-            config: ProviderConfig::from(&ctx.settings),
-        };
-        Ok(sandbox::call(&self.engine, &self.pre, ctx, export).await??)
+        self.call(ctx, exports::Location).await
     }
 
     pub async fn find(&self, ctx: &CallContext, uid: &str) -> Result<Option<VmStatus>, CallError> {
-        let export = sandbox::Find {
-            config: ProviderConfig::from(&ctx.settings),
-            uid: uid.to_owned(),
-        };
-        Ok(sandbox::call(&self.engine, &self.pre, ctx, export).await??)
+        self.call(
+            ctx,
+            exports::Find {
+                uid: uid.to_owned(),
+            },
+        )
+        .await
     }
 
     pub async fn create(&self, ctx: &CallContext, spec: &VmSpec) -> Result<VmStatus, CallError> {
-        self.create_traced(ctx, spec).await.0
+        self.call(ctx, exports::Create { spec: spec.clone() }).await
     }
 
-    /// `create`, also saying whether the call may have reached the cloud: `false` proves that
-    /// no request left the host, so no machine can have been made.
     pub async fn create_traced(
         &self,
         ctx: &CallContext,
         spec: &VmSpec,
     ) -> (Result<VmStatus, CallError>, bool) {
-        let export = sandbox::Create {
-            config: ProviderConfig::from(&ctx.settings),
-            spec: spec.into(),
-        };
-        let (result, reached) = sandbox::call_traced(&self.engine, &self.pre, ctx, export).await;
-        let result = match result {
-            Ok(answer) => answer.map_err(CallError::from),
-            Err(e) => Err(e),
-        };
-        (result, reached)
+        self.call_traced(ctx, exports::Create { spec: spec.clone() })
+            .await
     }
 
     pub async fn get(&self, ctx: &CallContext, id: &str) -> Result<Option<VmStatus>, CallError> {
-        let export = sandbox::Get {
-            config: ProviderConfig::from(&ctx.settings),
-            id: id.to_owned(),
-        };
-        Ok(sandbox::call(&self.engine, &self.pre, ctx, export).await??)
+        self.call(ctx, exports::Get { id: id.to_owned() }).await
     }
 
     pub async fn update(
@@ -141,35 +146,22 @@ impl Plugin {
         id: &str,
         spec: &VmSpec,
     ) -> Result<UpdateOutcome, CallError> {
-        let export = sandbox::Update {
-            config: ProviderConfig::from(&ctx.settings),
+        let export = exports::Update {
             id: id.to_owned(),
-            spec: spec.into(),
+            spec: spec.clone(),
         };
-        Ok(sandbox::call(&self.engine, &self.pre, ctx, export).await??)
+        self.call(ctx, export).await
     }
 
     pub async fn start(&self, ctx: &CallContext, id: &str) -> Result<(), CallError> {
-        let export = sandbox::Start {
-            config: ProviderConfig::from(&ctx.settings),
-            id: id.to_owned(),
-        };
-        Ok(sandbox::call(&self.engine, &self.pre, ctx, export).await??)
+        self.call(ctx, exports::Start { id: id.to_owned() }).await
     }
 
     pub async fn stop(&self, ctx: &CallContext, id: &str) -> Result<(), CallError> {
-        let export = sandbox::Stop {
-            config: ProviderConfig::from(&ctx.settings),
-            id: id.to_owned(),
-        };
-        Ok(sandbox::call(&self.engine, &self.pre, ctx, export).await??)
+        self.call(ctx, exports::Stop { id: id.to_owned() }).await
     }
 
     pub async fn delete(&self, ctx: &CallContext, id: &str) -> Result<(), CallError> {
-        let export = sandbox::Delete {
-            config: ProviderConfig::from(&ctx.settings),
-            id: id.to_owned(),
-        };
-        Ok(sandbox::call(&self.engine, &self.pre, ctx, export).await??)
+        self.call(ctx, exports::Delete { id: id.to_owned() }).await
     }
 }

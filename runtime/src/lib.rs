@@ -3,7 +3,9 @@
 //!
 //! - [`engine`]: the engine, linker, epoch ticker and instance slots.
 //! - [`registry`]: loading from the plugin directory (pin, cache, reload).
-//! - [`Plugin`]: one compiled component; `create`/`get`/`delete` through the sandbox.
+//! - [`Plugin`]: one compiled component; [`Plugin::call`] runs any of its [`exports`] through
+//!   the sandbox.
+//! - [`exports`]: the contract's exports, one type each.
 //! - [`sandbox`]: per-call limits and the typed [`CallError`].
 //! - [`egress`]: outbound HTTP: allowlist, resolved-address checks, the send hook.
 //! - [`signing`]: host-side request signing (the plugin never holds the credential).
@@ -16,6 +18,7 @@ pub mod cache;
 mod component;
 pub mod egress;
 pub mod engine;
+pub mod exports;
 mod output;
 pub mod precompile;
 pub mod redact;

@@ -25,17 +25,15 @@ use std::time::{Duration, Instant};
 
 use wasmtime::{Store, Trap, UpdateDeadline};
 
-use super::bindings::{self, wit_provider};
+use super::bindings::{self, ProviderConfig};
 use super::bounds::{self, Violation};
 use super::egress::{EgressHooks, EgressPolicy, NetTrace};
 use super::engine::{PluginEngine, WasmError};
+use super::exports::{Export, Guest};
 use super::output::CapturedOutput;
 use super::redact::Redactor;
 use super::state::{MAX_CAPTURED_OUTPUT, MemoryCapExceeded, State};
-use super::types::{
-    ErrorClass, Fault, Operation, PluginInfo, ProviderError, ProviderSettings, UpdateOutcome,
-    VmStatus,
-};
+use super::types::{ErrorClass, Fault, ProviderError, ProviderSettings};
 
 /// Bounds on one call, from `ProviderConfig.spec.limits`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,24 +148,6 @@ impl CallError {
     }
 }
 
-/// One exported function of the plugin and how to call it on an instance.
-pub(crate) trait Export: Send {
-    type Output: Send;
-    const OP: Operation;
-
-    fn invoke<'a>(
-        self,
-        guest: &'a wit_provider::Guest,
-        store: &'a mut Store<State>,
-    ) -> impl Future<Output = wasmtime::Result<Self::Output>> + Send + 'a;
-
-    /// Checks the answer against the contract's bounds.
-    fn check(output: &Self::Output) -> Result<(), Violation>;
-
-    /// Replaces every Secret value the host knows in the answer's text.
-    fn redact(output: Self::Output, redactor: &Redactor) -> Self::Output;
-}
-
 /// Raised by the epoch callback once the call's deadline has passed.
 #[derive(Debug, thiserror::Error)]
 #[error("call deadline reached")]
@@ -179,7 +159,7 @@ pub(crate) async fn call<E: Export>(
     pre: &bindings::PluginPre<State>,
     ctx: &CallContext,
     export: E,
-) -> Result<E::Output, CallError> {
+) -> Result<E::Answer, CallError> {
     call_traced(engine, pre, ctx, export).await.0
 }
 
@@ -190,7 +170,7 @@ pub(crate) async fn call_traced<E: Export>(
     pre: &bindings::PluginPre<State>,
     ctx: &CallContext,
     export: E,
-) -> (Result<E::Output, CallError>, bool) {
+) -> (Result<E::Answer, CallError>, bool) {
     let trace = NetTrace::default();
     let op = E::OP.as_str();
     let limits = ctx.limits;
@@ -229,8 +209,9 @@ pub(crate) async fn call_traced<E: Export>(
         });
         let result = match pre.instantiate_async(&mut store).await {
             Ok(plugin) => {
-                let guest = plugin.vmop_provider_provider();
-                export.invoke(guest, &mut store).await
+                let config = ProviderConfig::from(&ctx.settings);
+                let guest = Guest::new(plugin.vmop_provider_provider(), &mut store, &config);
+                export.invoke(guest).await
             }
             // A memory cap or deadline hit while the guest initialises is still the guest's.
             Err(e) if !store.data().limiter.hit && !e.is::<DeadlineReached>() => {
@@ -245,10 +226,14 @@ pub(crate) async fn call_traced<E: Export>(
         if dropped_logs > 0 {
             tracing::warn!(provider = %store.data().label(), op, dropped = dropped_logs, "plugin log lines dropped past the per-call limit");
         }
-        let output =
+        let answer =
             result.map_err(|e| classify(e, op, limits.timeout, memory_cap, store.data()))?;
-        E::check(&output).map_err(|violation| CallError::ContractViolation { op, violation })?;
-        Ok(output)
+        match &answer {
+            Ok(answer) => E::check(answer),
+            Err(error) => bounds::error(error),
+        }
+        .map_err(|violation| CallError::ContractViolation { op, violation })?;
+        answer.map_err(CallError::Provider)
     };
     let result = match tokio::time::timeout(limits.timeout, run).await {
         Ok(result) => result,
@@ -265,7 +250,7 @@ pub(crate) async fn call_traced<E: Export>(
     // credential into logs, status or Events.
     let redactor = ctx.egress.redactor();
     let result = match result {
-        Ok(output) => Ok(E::redact(output, redactor)),
+        Ok(answer) => Ok(E::redact(answer, redactor)),
         Err(e) => Err(e.redacted(redactor)),
     };
     forward_output(&ctx.label, op, "stdout", &stdout);
@@ -317,214 +302,3 @@ fn forward_output(label: &str, op: &str, stream: &str, output: &CapturedOutput) 
         tracing::warn!(provider = %label, op, stream, dropped, "plugin output past the per-call limit dropped");
     }
 }
-
-/// `info()`.
-pub(crate) struct Info;
-
-impl Export for Info {
-    type Output = PluginInfo;
-    const OP: Operation = Operation::Info;
-
-    async fn invoke<'a>(
-        self,
-        guest: &'a wit_provider::Guest,
-        store: &'a mut Store<State>,
-    ) -> wasmtime::Result<Self::Output> {
-        Ok(guest.call_info(store).await?.into())
-    }
-
-    fn check(output: &Self::Output) -> Result<(), Violation> {
-        bounds::info(output)
-    }
-
-    fn redact(output: Self::Output, _: &Redactor) -> Self::Output {
-        output
-    }
-}
-
-/// `location(config)`.
-pub(crate) struct Location {
-    pub config: bindings::ProviderConfig,
-}
-
-impl Export for Location {
-    type Output = Result<String, ProviderError>;
-    const OP: Operation = Operation::Location;
-
-    async fn invoke<'a>(
-        self,
-        guest: &'a wit_provider::Guest,
-        store: &'a mut Store<State>,
-    ) -> wasmtime::Result<Self::Output> {
-        let result = guest.call_location(store, &self.config).await?;
-        Ok(result.map_err(Into::into))
-    }
-
-    fn check(output: &Self::Output) -> Result<(), Violation> {
-        bounds::result(output, |l| bounds::location(l))
-    }
-
-    fn redact(output: Self::Output, redactor: &Redactor) -> Self::Output {
-        output
-            .map(|l| redactor.string(l))
-            .map_err(|e| redactor.provider_error(e))
-    }
-}
-
-/// `find(config, uid)`.
-pub(crate) struct Find {
-    pub config: bindings::ProviderConfig,
-    pub uid: String,
-}
-
-impl Export for Find {
-    type Output = Result<Option<VmStatus>, ProviderError>;
-    const OP: Operation = Operation::Find;
-
-    async fn invoke<'a>(
-        self,
-        guest: &'a wit_provider::Guest,
-        store: &'a mut Store<State>,
-    ) -> wasmtime::Result<Self::Output> {
-        let result = guest.call_find(store, &self.config, &self.uid).await?;
-        Ok(result.map(|s| s.map(Into::into)).map_err(Into::into))
-    }
-
-    fn check(output: &Self::Output) -> Result<(), Violation> {
-        bounds::result(output, |s| s.as_ref().map_or(Ok(()), bounds::status))
-    }
-
-    fn redact(output: Self::Output, redactor: &Redactor) -> Self::Output {
-        output
-            .map(|s| s.map(|s| redactor.status(s)))
-            .map_err(|e| redactor.provider_error(e))
-    }
-}
-
-/// `create(config, spec)`.
-pub(crate) struct Create {
-    pub config: bindings::ProviderConfig,
-    pub spec: bindings::WitVmSpec,
-}
-
-impl Export for Create {
-    type Output = Result<VmStatus, ProviderError>;
-    const OP: Operation = Operation::Create;
-
-    async fn invoke<'a>(
-        self,
-        guest: &'a wit_provider::Guest,
-        store: &'a mut Store<State>,
-    ) -> wasmtime::Result<Self::Output> {
-        let result = guest.call_create(store, &self.config, &self.spec).await?;
-        Ok(result.map(Into::into).map_err(Into::into))
-    }
-
-    fn check(output: &Self::Output) -> Result<(), Violation> {
-        bounds::result(output, bounds::status)
-    }
-
-    fn redact(output: Self::Output, redactor: &Redactor) -> Self::Output {
-        output
-            .map(|s| redactor.status(s))
-            .map_err(|e| redactor.provider_error(e))
-    }
-}
-
-/// `get(config, id)`.
-pub(crate) struct Get {
-    pub config: bindings::ProviderConfig,
-    pub id: String,
-}
-
-impl Export for Get {
-    type Output = Result<Option<VmStatus>, ProviderError>;
-    const OP: Operation = Operation::Get;
-
-    async fn invoke<'a>(
-        self,
-        guest: &'a wit_provider::Guest,
-        store: &'a mut Store<State>,
-    ) -> wasmtime::Result<Self::Output> {
-        let result = guest.call_get(store, &self.config, &self.id).await?;
-        Ok(result.map(|s| s.map(Into::into)).map_err(Into::into))
-    }
-
-    fn check(output: &Self::Output) -> Result<(), Violation> {
-        bounds::result(output, |s| s.as_ref().map_or(Ok(()), bounds::status))
-    }
-
-    fn redact(output: Self::Output, redactor: &Redactor) -> Self::Output {
-        output
-            .map(|s| s.map(|s| redactor.status(s)))
-            .map_err(|e| redactor.provider_error(e))
-    }
-}
-
-/// `update(config, id, spec)`.
-pub(crate) struct Update {
-    pub config: bindings::ProviderConfig,
-    pub id: String,
-    pub spec: bindings::WitVmSpec,
-}
-
-impl Export for Update {
-    type Output = Result<UpdateOutcome, ProviderError>;
-    const OP: Operation = Operation::Update;
-
-    async fn invoke<'a>(
-        self,
-        guest: &'a wit_provider::Guest,
-        store: &'a mut Store<State>,
-    ) -> wasmtime::Result<Self::Output> {
-        let result = guest
-            .call_update(store, &self.config, &self.id, &self.spec)
-            .await?;
-        Ok(result.map(Into::into).map_err(Into::into))
-    }
-
-    fn check(output: &Self::Output) -> Result<(), Violation> {
-        bounds::result(output, |_| Ok(()))
-    }
-
-    fn redact(output: Self::Output, redactor: &Redactor) -> Self::Output {
-        output.map_err(|e| redactor.provider_error(e))
-    }
-}
-
-/// The exports that take `(config, id)` and answer nothing but an error: `start`, `stop`,
-/// `delete`.
-macro_rules! on_id_export {
-    ($name:ident, $op:expr, $call:ident) => {
-        pub(crate) struct $name {
-            pub config: bindings::ProviderConfig,
-            pub id: String,
-        }
-
-        impl Export for $name {
-            type Output = Result<(), ProviderError>;
-            const OP: Operation = $op;
-
-            async fn invoke<'a>(
-                self,
-                guest: &'a wit_provider::Guest,
-                store: &'a mut Store<State>,
-            ) -> wasmtime::Result<Self::Output> {
-                let result = guest.$call(store, &self.config, &self.id).await?;
-                Ok(result.map_err(Into::into))
-            }
-
-            fn check(output: &Self::Output) -> Result<(), Violation> {
-                bounds::result(output, |_| Ok(()))
-            }
-
-            fn redact(output: Self::Output, redactor: &Redactor) -> Self::Output {
-                output.map_err(|e| redactor.provider_error(e))
-            }
-        }
-    };
-}
-
-on_id_export!(Start, Operation::Start, call_start);
-on_id_export!(Stop, Operation::Stop, call_stop);
-on_id_export!(Delete, Operation::Delete, call_delete);

@@ -1,0 +1,288 @@
+//! The exports of `vmop:provider/provider`, each as one type: its arguments, its answer, how it
+//! is invoked, how its answer is checked against the contract's bounds and redacted.
+//!
+//! [`Plugin::call`](crate::Plugin::call) runs any of them through the one sandboxed call path
+//! ([`crate::sandbox`]), so the host knows an export in one place: adding one is the WIT, its
+//! conversions in `bindings`, and one type here. What the sandbox does around every export
+//! (limits, bounds of errors, redaction of errors, logging) is written once, in the sandbox.
+
+use std::future::Future;
+
+use wasmtime::Store;
+
+use crate::bindings::{ProviderConfig, WitVmSpec, wit_provider};
+use crate::bounds::{self, Violation};
+use crate::redact::Redactor;
+use crate::state::State;
+use crate::types::{Operation, PluginInfo, ProviderError, UpdateOutcome, VmSpec, VmStatus};
+
+/// An instance of the plugin, ready for one export call. Only the sandbox makes one.
+pub struct Guest<'a> {
+    guest: &'a wit_provider::Guest,
+    store: &'a mut Store<State>,
+    config: &'a ProviderConfig,
+}
+
+impl<'a> Guest<'a> {
+    pub(crate) fn new(
+        guest: &'a wit_provider::Guest,
+        store: &'a mut Store<State>,
+        config: &'a ProviderConfig,
+    ) -> Self {
+        Guest {
+            guest,
+            store,
+            config,
+        }
+    }
+}
+
+impl std::fmt::Debug for Guest<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Guest").finish_non_exhaustive()
+    }
+}
+
+mod sealed {
+    /// Only the contract's own exports can be called.
+    pub trait Sealed {}
+}
+
+/// One export of the contract, called through [`Plugin::call`](crate::Plugin::call).
+pub trait Export: Send + sealed::Sealed {
+    /// What the plugin answers when it does not return a `provider-error`.
+    type Answer: Send;
+    /// The operation, for limits, metrics and log lines.
+    const OP: Operation;
+
+    #[doc(hidden)]
+    fn invoke<'a>(
+        self,
+        guest: Guest<'a>,
+    ) -> impl Future<Output = wasmtime::Result<Result<Self::Answer, ProviderError>>> + Send + 'a;
+
+    /// Checks a successful answer against the contract's bounds (errors are checked by the
+    /// sandbox, the same for every export).
+    #[doc(hidden)]
+    fn check(answer: &Self::Answer) -> Result<(), Violation>;
+
+    /// Replaces every Secret value the host knows in a successful answer's text.
+    #[doc(hidden)]
+    fn redact(answer: Self::Answer, redactor: &Redactor) -> Self::Answer;
+}
+
+/// `info()`: who the plugin is and what it supports. Called once when it is loaded.
+#[derive(Debug, Clone, Copy)]
+pub struct Info;
+
+impl sealed::Sealed for Info {}
+
+impl Export for Info {
+    type Answer = PluginInfo;
+    const OP: Operation = Operation::Info;
+
+    async fn invoke<'a>(self, g: Guest<'a>) -> wasmtime::Result<Result<PluginInfo, ProviderError>> {
+        Ok(Ok(g.guest.call_info(g.store).await?.into()))
+    }
+
+    fn check(answer: &PluginInfo) -> Result<(), Violation> {
+        bounds::info(answer)
+    }
+
+    fn redact(answer: PluginInfo, _: &Redactor) -> PluginInfo {
+        answer
+    }
+}
+
+/// `location(config)`: where the ProviderConfig's machines live (account, region, endpoint).
+#[derive(Debug, Clone, Copy)]
+pub struct Location;
+
+impl sealed::Sealed for Location {}
+
+impl Export for Location {
+    type Answer = String;
+    const OP: Operation = Operation::Location;
+
+    async fn invoke<'a>(self, g: Guest<'a>) -> wasmtime::Result<Result<String, ProviderError>> {
+        let result = g.guest.call_location(g.store, g.config).await?;
+        Ok(result.map_err(Into::into))
+    }
+
+    fn check(answer: &String) -> Result<(), Violation> {
+        bounds::location(answer)
+    }
+
+    fn redact(answer: String, redactor: &Redactor) -> String {
+        redactor.string(answer)
+    }
+}
+
+/// `find(config, uid)`: the machine tagged with a VM's uid, if any.
+#[derive(Debug, Clone)]
+pub struct Find {
+    pub uid: String,
+}
+
+impl sealed::Sealed for Find {}
+
+impl Export for Find {
+    type Answer = Option<VmStatus>;
+    const OP: Operation = Operation::Find;
+
+    async fn invoke<'a>(
+        self,
+        g: Guest<'a>,
+    ) -> wasmtime::Result<Result<Option<VmStatus>, ProviderError>> {
+        let result = g.guest.call_find(g.store, g.config, &self.uid).await?;
+        Ok(result.map(|s| s.map(Into::into)).map_err(Into::into))
+    }
+
+    fn check(answer: &Option<VmStatus>) -> Result<(), Violation> {
+        answer.as_ref().map_or(Ok(()), bounds::status)
+    }
+
+    fn redact(answer: Option<VmStatus>, redactor: &Redactor) -> Option<VmStatus> {
+        answer.map(|s| redactor.status(s))
+    }
+}
+
+/// `create(config, spec)`: a new machine for a VM.
+#[derive(Debug, Clone)]
+pub struct Create {
+    pub spec: VmSpec,
+}
+
+impl sealed::Sealed for Create {}
+
+impl Export for Create {
+    type Answer = VmStatus;
+    const OP: Operation = Operation::Create;
+
+    async fn invoke<'a>(self, g: Guest<'a>) -> wasmtime::Result<Result<VmStatus, ProviderError>> {
+        let spec = WitVmSpec::from(&self.spec);
+        let result = g.guest.call_create(g.store, g.config, &spec).await?;
+        Ok(result.map(Into::into).map_err(Into::into))
+    }
+
+    fn check(answer: &VmStatus) -> Result<(), Violation> {
+        bounds::status(answer)
+    }
+
+    fn redact(answer: VmStatus, redactor: &Redactor) -> VmStatus {
+        redactor.status(answer)
+    }
+}
+
+/// `get(config, id)`: the machine's status, or `None` when it is gone.
+#[derive(Debug, Clone)]
+pub struct Get {
+    pub id: String,
+}
+
+impl sealed::Sealed for Get {}
+
+impl Export for Get {
+    type Answer = Option<VmStatus>;
+    const OP: Operation = Operation::Get;
+
+    async fn invoke<'a>(
+        self,
+        g: Guest<'a>,
+    ) -> wasmtime::Result<Result<Option<VmStatus>, ProviderError>> {
+        let result = g.guest.call_get(g.store, g.config, &self.id).await?;
+        Ok(result.map(|s| s.map(Into::into)).map_err(Into::into))
+    }
+
+    fn check(answer: &Option<VmStatus>) -> Result<(), Violation> {
+        answer.as_ref().map_or(Ok(()), bounds::status)
+    }
+
+    fn redact(answer: Option<VmStatus>, redactor: &Redactor) -> Option<VmStatus> {
+        answer.map(|s| redactor.status(s))
+    }
+}
+
+/// `update(config, id, spec)`: a day-2 change of a machine's size.
+#[derive(Debug, Clone)]
+pub struct Update {
+    pub id: String,
+    pub spec: VmSpec,
+}
+
+impl sealed::Sealed for Update {}
+
+impl Export for Update {
+    type Answer = UpdateOutcome;
+    const OP: Operation = Operation::Update;
+
+    async fn invoke<'a>(
+        self,
+        g: Guest<'a>,
+    ) -> wasmtime::Result<Result<UpdateOutcome, ProviderError>> {
+        let spec = WitVmSpec::from(&self.spec);
+        let result = g
+            .guest
+            .call_update(g.store, g.config, &self.id, &spec)
+            .await?;
+        Ok(result.map(Into::into).map_err(Into::into))
+    }
+
+    fn check(_: &UpdateOutcome) -> Result<(), Violation> {
+        Ok(())
+    }
+
+    fn redact(answer: UpdateOutcome, _: &Redactor) -> UpdateOutcome {
+        answer
+    }
+}
+
+/// The exports that take `(config, id)` and answer nothing but an error.
+macro_rules! on_id_export {
+    ($(#[$doc:meta])* $name:ident, $op:expr, $call:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone)]
+        pub struct $name {
+            pub id: String,
+        }
+
+        impl sealed::Sealed for $name {}
+
+        impl Export for $name {
+            type Answer = ();
+            const OP: Operation = $op;
+
+            async fn invoke<'a>(self, g: Guest<'a>) -> wasmtime::Result<Result<(), ProviderError>> {
+                let result = g.guest.$call(g.store, g.config, &self.id).await?;
+                Ok(result.map_err(Into::into))
+            }
+
+            fn check(_: &()) -> Result<(), Violation> {
+                Ok(())
+            }
+
+            fn redact(answer: (), _: &Redactor) {
+                answer
+            }
+        }
+    };
+}
+
+on_id_export!(
+    /// `start(config, id)`: power a stopped machine on.
+    Start,
+    Operation::Start,
+    call_start
+);
+on_id_export!(
+    /// `stop(config, id)`: power a machine off, keeping it.
+    Stop,
+    Operation::Stop,
+    call_stop
+);
+on_id_export!(
+    /// `delete(config, id)`: remove the machine.
+    Delete,
+    Operation::Delete,
+    call_delete
+);
