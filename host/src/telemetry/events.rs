@@ -9,8 +9,8 @@
 //!   so "is Stopped (was Running)" would show as a repeat of "is Running (was Provisioning)".
 //! - Every Event name is a valid name of at most 253 characters, whatever the length of the
 //!   object's name (kube's `Recorder` appends 17 characters to it, so no Event could be written
-//!   for a 253-character VM name: issue 8, path 12; test: `event_names_fit_for_the_longest_object_names`,
-//!   and `tests/tests/operator_lifecycle.rs` `long_names_get_events`).
+//!   for a 253-character VM name; tests: `event_names_fit_for_the_longest_object_names`, and
+//!   `long_names_get_events` on the real operator).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};

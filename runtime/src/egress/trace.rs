@@ -4,8 +4,8 @@
 //! it then fails in a way that proves nothing was sent: refused by the policy, name
 //! resolution failed, the connection was refused or timed out, TLS failed. A request whose
 //! call was cut short mid-flight counts as delivered. So "not reached" is a proof, "reached"
-//! only a possibility: what the reconciler needs to know that a failed `create` made nothing
-//! (issue 8, path 10: a VM whose creates all failed against a dead endpoint can be deleted).
+//! only a possibility: what the reconciler needs to know that a failed `create` made nothing,
+//! so that a VM whose creates all failed against a dead endpoint can still be deleted.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
