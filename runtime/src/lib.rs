@@ -34,7 +34,8 @@ pub use egress::{Connections, EgressParseError, EgressPolicy, Resolve, StaticRes
 pub use engine::{EngineConfig, EngineError, PluginEngine};
 pub use redact::Redactor;
 pub use registry::{
-    DEFAULT_MAX_PLUGIN_BYTES, LoadError, PluginEvent, PluginRegistry, RegistryConfig, RegistryStats,
+    DEFAULT_MAX_PLUGIN_BYTES, LoadError, PluginEvent, PluginRegistry, RegistryConfig,
+    RegistryStats, SingleFileError,
 };
 pub use report::{LoadObserver, chain};
 pub use sandbox::{CallContext, CallError, CallLimits};

@@ -19,8 +19,8 @@ use crate::api::{
 };
 use crate::controller::provider::apply_credentials;
 use vmop_runtime::{
-    CallContext, CallError, CallLimits, EgressPolicy, EngineConfig, Phase, Plugin, PluginEngine,
-    PluginRegistry, ProviderSettings, RegistryConfig, VmSpec, VmStatus,
+    CallContext, CallError, CallLimits, EgressPolicy, Phase, Plugin, PluginRegistry,
+    ProviderSettings, VmSpec, VmStatus,
 };
 
 #[derive(Debug, clap::Subcommand)]
@@ -212,27 +212,8 @@ async fn load(
     pin: Option<&str>,
     limits: CallLimits,
 ) -> anyhow::Result<std::sync::Arc<Plugin>> {
-    let dir = match file.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let name = file.file_name().context("the plugin path names no file")?;
-    let engine = PluginEngine::new(&EngineConfig {
-        max_instances: 4,
-        max_memory_bytes: limits
-            .memory_bytes
-            .max(EngineConfig::default().max_memory_bytes),
-        ..EngineConfig::default()
-    })?;
-    let registry = PluginRegistry::new(
-        engine,
-        RegistryConfig {
-            plugin_dir: dir,
-            cache_dir: None,
-            info_limits: limits,
-        },
-    )?;
-    Ok(registry.load(Path::new(name), pin).await?)
+    let (registry, name) = PluginRegistry::over_file(file, limits)?;
+    Ok(registry.load(&name, pin).await?)
 }
 
 fn inspect_json(plugin: &Plugin) -> Value {

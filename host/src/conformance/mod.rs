@@ -49,13 +49,12 @@ mod suite;
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 pub use report::{CheckResult, Outcome, Report};
 
-use vmop_runtime::engine::{EngineConfig, EngineError, PluginEngine};
-use vmop_runtime::registry::{LoadError, PluginRegistry, RegistryConfig};
+use vmop_runtime::registry::{PluginRegistry, SingleFileError};
 use vmop_runtime::sandbox::{CallContext, CallError};
 
 /// The checks, in the order they run.
@@ -113,18 +112,6 @@ impl Options {
     }
 }
 
-/// Why the suite could not start (a plugin that does not load is a failed `info` check, not
-/// this).
-#[derive(Debug, thiserror::Error)]
-pub enum SetupError {
-    #[error("the plugin path {0} names no file")]
-    NoFile(PathBuf),
-    #[error("failed to create the plugin engine")]
-    Engine(#[from] EngineError),
-    #[error("failed to open the plugin's directory")]
-    Directory(#[source] LoadError),
-}
-
 /// Runs the suite on `path` (relative to the registry's plugin directory).
 pub async fn run(registry: &PluginRegistry, path: &Path, options: &Options) -> Report {
     suite::Suite::new(options, nonce())
@@ -134,33 +121,9 @@ pub async fn run(registry: &PluginRegistry, path: &Path, options: &Options) -> R
 
 /// Runs the suite on `file` through a registry over its directory, with the host's default
 /// engine (pooling allocator) sized for a few instances: what `vmop plugin conformance` does.
-pub async fn run_file(file: &Path, options: &Options) -> Result<Report, SetupError> {
-    let dir = match file.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let name = file
-        .file_name()
-        .ok_or_else(|| SetupError::NoFile(file.to_path_buf()))?;
-    let engine = PluginEngine::new(&EngineConfig {
-        max_instances: 4,
-        max_memory_bytes: options
-            .ctx
-            .limits
-            .memory_bytes
-            .max(EngineConfig::default().max_memory_bytes),
-        ..EngineConfig::default()
-    })?;
-    let registry = PluginRegistry::new(
-        engine,
-        RegistryConfig {
-            plugin_dir: dir,
-            cache_dir: None,
-            info_limits: options.ctx.limits,
-        },
-    )
-    .map_err(SetupError::Directory)?;
-    Ok(run(&registry, Path::new(name), options).await)
+pub async fn run_file(file: &Path, options: &Options) -> Result<Report, SingleFileError> {
+    let (registry, name) = PluginRegistry::over_file(file, options.ctx.limits)?;
+    Ok(run(&registry, &name, options).await)
 }
 
 /// A fresh UUID-shaped string (version 4 layout): the run's uid, so it matches nothing that

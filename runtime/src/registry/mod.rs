@@ -43,11 +43,13 @@
 //! - [`load`]: loading one path (resolve, verify, compile, `info()`);
 //! - [`watch`]: change detection and [`PluginEvent`]s;
 //! - [`files`]: where plugin files come from (confined paths, pins, stamps, bounded reads);
+//! - [`single`]: a registry over one file, for the commands that try one plugin;
 //! - [`error`]: the [`LoadError`] of every step.
 
 mod error;
 mod files;
 mod load;
+mod single;
 mod watch;
 
 use std::collections::HashMap;
@@ -58,6 +60,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use tokio::sync::broadcast;
 
 pub use error::LoadError;
+pub use single::SingleFileError;
 pub use watch::PluginEvent;
 
 use super::cache::ArtifactCache;
