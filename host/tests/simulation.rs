@@ -46,9 +46,9 @@ use vmop::api::{
     CREATE_LOCATION, DeletionPolicy, ProviderConfigRef, VM_FINALIZER, VirtualMachine,
     VirtualMachineSpec, VirtualMachineStatus,
 };
-use vmop::controller::attempts::Attempts;
-use vmop::controller::effects::{Effects, Severity};
-use vmop::controller::error::Error;
+use vmop::controller::Error;
+use vmop::controller::vm::Attempts;
+use vmop::controller::vm::{Effects, Severity};
 use vmop::controller::vm::{drive, facts, vm_spec};
 use vmop::plugin::{
     CallError, Operation, Phase, PluginInfo, ProviderError, UpdateOutcome, VmStatus,

@@ -1,7 +1,7 @@
 //! The one place that generates bindings for `wit/provider.wit` (world `plugin`), and the
 //! conversions between the generated types and [`super::types`].
 //!
-//! Nothing outside `plugin/` sees a generated type: the reconcilers and the CLI work with the
+//! Nothing outside this crate sees a generated type: the reconcilers and the CLI work with the
 //! host-side types only, so a WIT change is absorbed here.
 
 use std::time::Duration;

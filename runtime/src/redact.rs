@@ -6,9 +6,10 @@
 //! - Every value of at least [`MIN_REDACTED_LEN`] bytes is replaced wherever it occurs, longer
 //!   values first, so a value that contains another is replaced whole
 //!   (`redact::tests::longest_value_wins`).
-//! - The plugin runtime applies it to `log` lines and captured stdout/stderr
-//!   (`sandbox::redaction_reaches_logs_and_output` in tests/tests/sandbox.rs); callers apply
-//!   [`Redactor::provider_error`] and [`Redactor::status`] to what a call returns.
+//! - The plugin runtime applies it to `log` lines, captured stdout/stderr and to everything a
+//!   call returns, answer and error (`redaction::echoed_secrets_reach_no_log_line_and_no_status`,
+//!   `redaction::echoed_secret_in_an_error_reaches_no_log_line`,
+//!   `exfiltrate::the_redactor_removes_an_echoed_secret_from_the_error`).
 //!
 //! # Caveats
 //!

@@ -1,6 +1,7 @@
 //! The `vmop.dev/v1alpha1` resources: `VirtualMachine` and `ProviderConfig`.
 
 pub mod conditions;
+pub mod duration;
 pub mod parameters;
 pub mod provider_config;
 pub mod quantity;
@@ -13,7 +14,7 @@ pub use virtual_machine::*;
 
 /// Finalizer on every VirtualMachine whose external machine may exist.
 pub const VM_FINALIZER: &str = "vmop.dev/cleanup";
-/// Annotation on a VirtualMachine: the location its creates go to (see `controller::decide`).
+/// Annotation on a VirtualMachine: the location its creates go to (see `controller::vm::decide`).
 pub const CREATE_LOCATION: &str = "vmop.dev/create-location";
 
 /// Annotation on a VirtualMachine: `"true"` pauses it (no plugin call at all, `Synced=False`
@@ -23,9 +24,10 @@ pub const PAUSED: &str = "vmop.dev/paused";
 /// Annotation on a VirtualMachine: a new value reconciles it at once; the value handled is
 /// echoed in `status.lastHandledReconcileAt`.
 pub const RECONCILE_REQUESTED_AT: &str = "vmop.dev/reconcile-requested-at";
-/// Annotation on a VirtualMachine: how often a settled machine is re-checked (a duration such
-/// as `30s`, `5m` or `1h`, or a number of seconds), instead of `--resync-period`; never less
-/// than `--min-poll-interval`.
+/// Annotation on a VirtualMachine: how often a settled machine is re-checked, in the
+/// [`duration`] grammar of the flags (`500ms`, `30s`, `5m`, `1h`, or a number of seconds),
+/// instead of `--resync-period`; never less than `--min-poll-interval`. A value outside the
+/// grammar is refused before any call: `Synced=False`, reason `InvalidSpec`.
 pub const POLL_INTERVAL: &str = "vmop.dev/poll-interval";
 
 /// Field manager of every write the operator makes.
@@ -40,35 +42,4 @@ pub(crate) fn int32(schema: &mut schemars::Schema) {
 /// Declares a `u64` field as `format: int64` (schemars says `uint64`, unknown to Kubernetes).
 pub(crate) fn int64(schema: &mut schemars::Schema) {
     schema.insert("format".into(), "int64".into());
-}
-
-/// A duration as annotation [`POLL_INTERVAL`] spells it: a number of seconds, or a number
-/// followed by `s`, `m` or `h` (`90`, `30s`, `5m`, `1h`). `None` for anything else (the
-/// annotation is then ignored).
-pub fn parse_duration(text: &str) -> Option<std::time::Duration> {
-    let text = text.trim();
-    let (number, unit) = match text.char_indices().last()? {
-        (i, 's') => (text.get(..i)?, 1),
-        (i, 'm') => (text.get(..i)?, 60),
-        (i, 'h') => (text.get(..i)?, 3600),
-        _ => (text, 1),
-    };
-    let n: u64 = number.parse().ok()?;
-    Some(std::time::Duration::from_secs(n.checked_mul(unit)?))
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    #[test]
-    fn poll_intervals_parse() {
-        assert_eq!(super::parse_duration("90"), Some(Duration::from_secs(90)));
-        assert_eq!(super::parse_duration("30s"), Some(Duration::from_secs(30)));
-        assert_eq!(super::parse_duration("5m"), Some(Duration::from_secs(300)));
-        assert_eq!(super::parse_duration("1h"), Some(Duration::from_secs(3600)));
-        for bad in ["", "s", "1.5m", "-3s", "10d", "ten"] {
-            assert_eq!(super::parse_duration(bad), None, "{bad}");
-        }
-    }
 }

@@ -14,9 +14,9 @@ use kube::runtime::watcher::Event;
 use serde::Deserialize;
 
 use crate::api::{ProviderConfig, VirtualMachine};
-use crate::controller::limiter::Limiters;
-use crate::controller::plan::{PlanRow, plan};
-use crate::controller::provider::Resolver;
+use crate::controller::provider_config::Resolver;
+use crate::controller::runtime::limiter::Limiters;
+use crate::controller::vm::plan::{PlanRow, plan};
 use vmop_runtime::{
     CallLimits, Connections, EngineConfig, PluginEngine, PluginRegistry, RegistryConfig,
 };

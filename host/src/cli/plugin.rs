@@ -14,10 +14,11 @@ use std::time::Duration;
 use anyhow::Context as _;
 use serde_json::{Value, json};
 
+use crate::api::duration;
 use crate::api::{
     CredentialsMode, Limits, PluginSource, ProviderConfig, ProviderConfigSpec, SecretRef,
 };
-use crate::controller::provider::apply_credentials;
+use crate::controller::provider_config::apply_credentials;
 use vmop_runtime::{
     CallContext, CallError, CallLimits, EgressPolicy, Phase, Plugin, PluginRegistry,
     ProviderSettings, VmSpec, VmStatus,
@@ -75,7 +76,7 @@ pub struct CallArgs {
     #[arg(long, required_if_eq_any([("op", "get"), ("op", "delete")]))]
     id: Option<String>,
     /// Call time limit, e.g. `30s`, `500ms`, `2m`.
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, default_value = "30s", value_parser = duration::parse_positive)]
     timeout: Duration,
     /// Memory cap, e.g. `128Mi`, `1Gi`, or bytes.
     #[arg(long, default_value = "128Mi", value_parser = parse_bytes)]
@@ -317,19 +318,6 @@ fn parse_key_value(s: &str) -> Result<(String, String), String> {
     }
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let (number, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("invalid duration {s:?}"))?;
-    match unit {
-        "ms" => Ok(Duration::from_millis(n)),
-        "s" | "" => Ok(Duration::from_secs(n)),
-        "m" => Ok(Duration::from_secs(n.saturating_mul(60))),
-        _ => Err(format!("invalid duration {s:?}: use ms, s or m")),
-    }
-}
-
 fn parse_bytes(s: &str) -> Result<usize, String> {
     let (number, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
     let n: usize = number.parse().map_err(|_| format!("invalid size {s:?}"))?;
@@ -356,10 +344,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_durations_and_sizes() {
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert!(parse_duration("2h").is_err());
+    fn parses_sizes() {
         assert_eq!(parse_bytes("64Mi"), Ok(64 << 20));
         assert_eq!(parse_bytes("1000"), Ok(1000));
         assert!(parse_bytes("1Ti").is_err());

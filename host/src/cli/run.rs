@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use futures::FutureExt;
 
+use crate::api::duration;
 use crate::controller::{self, Options};
 use crate::leader::shards::ShardConfig;
 use crate::leader::{LeaderElector, LeaseConfig, default_identity};
@@ -45,26 +46,26 @@ pub struct RunArgs {
 
     /// How often every VM is re-checked with the provider (drift detection), jittered by 10%.
     /// Units: ms, s, m, h.
-    #[arg(long, env = "VMOP_RESYNC_PERIOD", default_value = "5m", value_parser = parse_duration)]
+    #[arg(long, env = "VMOP_RESYNC_PERIOD", default_value = "5m", value_parser = duration::parse_positive)]
     pub resync_period: Duration,
 
     /// How often a VM on its way (provisioning, deleting) is re-checked.
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, default_value = "5s", value_parser = duration::parse_positive)]
     pub poll_interval: Duration,
 
     /// The shortest re-check period a VM's annotation `vmop.dev/poll-interval` may ask for
     /// (shorter values are raised to it).
-    #[arg(long, env = "VMOP_MIN_POLL_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, env = "VMOP_MIN_POLL_INTERVAL", default_value = "10s", value_parser = duration::parse_positive)]
     pub min_poll_interval: Duration,
 
     /// First retry of a VM whose provider said only a change can help (permanent, invalid
     /// spec, unauthorized): the cause may be fixed outside Kubernetes, so it is retried on a
     /// schedule doubling from this to one hour, besides on every change.
-    #[arg(long, default_value = "2m", value_parser = parse_duration)]
+    #[arg(long, default_value = "2m", value_parser = duration::parse_positive)]
     pub permanent_retry_base: Duration,
 
     /// How often loaded plugin files are checked for changes.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = duration::parse_positive)]
     pub plugin_poll_interval: Duration,
 
     /// Plugin instances alive at once across all ProviderConfigs (bounds the sum of their
@@ -266,40 +267,4 @@ async fn shutdown_signal() {
         let _ = ctrl_c.await;
     }
     tracing::info!("shutdown requested; finishing the reconciles in flight");
-}
-
-/// `<integer><unit>` with unit `ms`, `s`, `m` or `h` (seconds without a unit).
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (number, unit) = s.split_at(split);
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("invalid duration {s:?}"))?;
-    let d = match unit {
-        "ms" => Duration::from_millis(n),
-        "s" | "" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n.saturating_mul(60)),
-        "h" => Duration::from_secs(n.saturating_mul(3600)),
-        _ => return Err(format!("invalid duration {s:?}: use ms, s, m or h")),
-    };
-    if d.is_zero() {
-        return Err(format!("duration {s:?} must be positive"));
-    }
-    Ok(d)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
-        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
-        assert!(parse_duration("0s").is_err());
-        assert!(parse_duration("5d").is_err());
-        assert!(parse_duration("m").is_err());
-    }
 }

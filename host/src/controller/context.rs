@@ -6,12 +6,12 @@ use std::time::Duration;
 use kube::Client;
 use kube::runtime::reflector::ObjectRef;
 
-use super::attempts::Attempts;
-use super::backoff::{BackoffConfig, Backoffs};
-use super::index::VmIndex;
-use super::locations::Locations;
-use super::provider::Resolver;
 use crate::api::{ProviderConfig, VirtualMachine};
+use crate::controller::provider_config::locations::Locations;
+use crate::controller::provider_config::resolve::Resolver;
+use crate::controller::runtime::backoff::{BackoffConfig, Backoffs};
+use crate::controller::runtime::index::VmIndex;
+use crate::controller::vm::Attempts;
 use crate::telemetry::events::EventSink;
 use crate::telemetry::metrics::Metrics;
 
@@ -55,7 +55,7 @@ pub struct Context {
     pub index: Arc<VmIndex>,
     pub vm_backoffs: Backoffs<ObjectRef<VirtualMachine>>,
     pub vm_slow_backoffs: Backoffs<ObjectRef<VirtualMachine>>,
-    /// What this process knows about create attempts (grace periods, path 10).
+    /// What this process knows about create attempts (grace periods, never-created VMs).
     pub attempts: Attempts,
     pub locations: Locations,
     pub pc_backoffs: Backoffs<ObjectRef<ProviderConfig>>,

@@ -2,11 +2,12 @@
 
 use std::time::Duration;
 
+use crate::api::duration::DurationError;
 use crate::api::parameters::ParameterError;
 use crate::api::quantity::QuantityError;
 use crate::plugin::{CallError, ErrorClass, Operation};
 
-use super::provider::ResolveError;
+use crate::controller::provider_config::resolve::ResolveError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -45,8 +46,12 @@ pub enum Error {
     ConfigMapConflict { name: String },
     #[error("object has no metadata.{0}")]
     Metadata(&'static str),
-    #[error("finalizer bookkeeping failed")]
-    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+    #[error("annotation {key} is invalid")]
+    Annotation {
+        key: &'static str,
+        #[source]
+        source: DurationError,
+    },
 }
 
 /// How soon a write refused for a stale view is tried again.
@@ -77,31 +82,16 @@ impl Error {
         move |source| Error::Kube { action, source }
     }
 
-    /// Unwraps the finalizer helper's wrapping of our own errors.
-    pub fn from_finalizer(e: kube::runtime::finalizer::Error<Error>) -> Error {
-        use kube::runtime::finalizer::Error as F;
-        match e {
-            F::ApplyFailed(e) | F::CleanupFailed(e) => e,
-            F::AddFinalizer(source) => Error::Kube {
-                action: "add the finalizer",
-                source,
-            },
-            F::RemoveFinalizer(source) => Error::Kube {
-                action: "remove the finalizer",
-                source,
-            },
-            other => Error::Finalizer(Box::new(other)),
-        }
-    }
-
     /// The `Synced` condition reason for this error.
     pub fn reason(&self) -> &'static str {
         match self {
             Error::Resolve { source, .. } => source.reason(),
-            Error::Memory(_) | Error::Parameters(_) => ErrorClass::InvalidSpec.reason(),
+            Error::Memory(_) | Error::Parameters(_) | Error::Annotation { .. } => {
+                ErrorClass::InvalidSpec.reason()
+            }
             Error::Call { source, .. } => source.reason(),
             Error::Throttled { .. } => "Throttled",
-            Error::Kube { .. } | Error::Finalizer(_) | Error::Metadata(_) => "KubernetesError",
+            Error::Kube { .. } | Error::Metadata(_) => "KubernetesError",
             Error::DeletionPending { .. } => "Deleting",
             Error::ConfigMapConflict { .. } => "ConfigMapConflict",
         }
@@ -111,7 +101,9 @@ impl Error {
         match self {
             Error::Resolve { source, .. } if source.awaits_change() => Retry::AwaitChange,
             Error::Resolve { .. } => Retry::Backoff,
-            Error::Memory(_) | Error::Parameters(_) => Retry::AwaitChange,
+            Error::Memory(_) | Error::Parameters(_) | Error::Annotation { .. } => {
+                Retry::AwaitChange
+            }
             Error::Call { source, .. } => match source.class() {
                 ErrorClass::Transient => Retry::Backoff,
                 ErrorClass::RateLimited(after) => Retry::After(after),
@@ -122,16 +114,15 @@ impl Error {
             Error::Throttled { retry_after, .. } => Retry::Due(*retry_after),
             // A guarded write refused because the object changed since it was read: the view
             // was stale (typically right after a relist), not a failure; read again soon
-            // rather than back off (issue 8, path 11).
+            // rather than back off (after an API server restart, every VM hits this once).
             Error::Kube {
                 source: kube::Error::Api(status),
                 ..
             } if status.code == 409 => Retry::Due(CONFLICT_RETRY),
             Error::DeletionPending { .. } => Retry::Poll,
-            Error::Kube { .. }
-            | Error::Finalizer(_)
-            | Error::Metadata(_)
-            | Error::ConfigMapConflict { .. } => Retry::Backoff,
+            Error::Kube { .. } | Error::Metadata(_) | Error::ConfigMapConflict { .. } => {
+                Retry::Backoff
+            }
         }
     }
 }

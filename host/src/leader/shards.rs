@@ -64,6 +64,9 @@ pub type OnTotals = Arc<dyn Fn(Vec<String>) + Send + Sync>;
 /// What [`run`] tells the controllers, and asks them.
 #[derive(Clone)]
 pub struct Hooks {
+    /// Before the shard is marked held: nothing of it is reconciled until this returned.
+    pub on_acquiring: OnAcquired,
+    /// Once the shard is marked held.
     pub on_acquired: OnAcquired,
     /// Published on the member Lease each retry period ([`COUNTS_ANNOTATION`]).
     pub count_held: CountHeld,
@@ -105,8 +108,13 @@ impl Shards {
         self.count
     }
 
-    /// A receiver that says `true` while this replica holds `shard`, if it holds it now.
+    /// A receiver that says `true` while this replica holds `shard`, if it holds it now and
+    /// the acquisition has been announced (the `on_acquiring` hook ran: nothing is reconciled
+    /// in the shard before the controllers learnt it changed hands).
     pub fn holding(&self, shard: u32) -> Option<watch::Receiver<bool>> {
+        if !self.held_set.borrow().contains(&shard) {
+            return None;
+        }
         let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         held.get(&shard).filter(|rx| *rx.borrow()).cloned()
     }
@@ -263,12 +271,7 @@ pub async fn run(
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .insert(shard, rx.clone());
-            let announcer = tokio::spawn(announce(
-                shard,
-                rx,
-                shards.clone(),
-                hooks.on_acquired.clone(),
-            ));
+            let announcer = tokio::spawn(announce(shard, rx, shards.clone(), hooks.clone()));
             campaigns.insert(
                 shard,
                 Campaign {
@@ -289,20 +292,17 @@ pub async fn run(
 }
 
 /// Logs each acquisition and loss of `shard`, marks it in `shards`' held set, and calls
-/// `on_acquired` on each acquisition.
-async fn announce(
-    shard: u32,
-    mut rx: watch::Receiver<bool>,
-    shards: Arc<Shards>,
-    on_acquired: OnAcquired,
-) {
+/// `on_acquiring` before and `on_acquired` after the mark on each acquisition.
+async fn announce(shard: u32, mut rx: watch::Receiver<bool>, shards: Arc<Shards>, hooks: Hooks) {
     loop {
         if rx.wait_for(|l| *l).await.is_err() {
             return;
         }
         tracing::info!(shard, "holding shard");
+        // Before the mark: no reconcile of the shard starts until `acquiring` has run.
+        (hooks.on_acquiring)(shard);
         shards.mark(shard, true);
-        on_acquired(shard);
+        (hooks.on_acquired)(shard);
         if rx.wait_for(|l| !*l).await.is_err() {
             shards.mark(shard, false);
             return;

@@ -17,7 +17,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use vmop::api::{PowerState, UpdateStrategy, VirtualMachine};
-use vmop::controller::attempts::Attempts;
+use vmop::controller::vm::Attempts;
 
 use super::{Abilities, SETTLE_STEPS, STEPS, UID, World, advance, reconcile};
 

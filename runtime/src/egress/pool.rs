@@ -10,7 +10,7 @@
 //!   request passed every egress check: reuse never reaches an address the policy refused
 //!   (`tests::connections_are_reused_per_destination_and_provider`).
 //! - A connection goes back only once its response was read to the end; a body dropped early,
-//!   a server that closes, or `Connection: close` ends it (`tests::a_closed_connection_is_not_reused`).
+//!   a server that closes, or `Connection: close` ends it (`tests::a_connection_is_not_reused_after_close_or_an_unread_body`).
 //! - Bounded: at most [`MAX_IDLE_PER_KEY`] idle connections per destination and
 //!   [`MAX_IDLE`] in all, none older than [`IDLE_TIMEOUT`] (expired ones are dropped on every
 //!   return and checkout).

@@ -13,7 +13,7 @@ use std::time::Duration;
 use vmop::api::{
     CredentialsMode, Limits, PluginSource, ProviderConfig, ProviderConfigSpec, SecretRef,
 };
-use vmop::controller::provider::apply_credentials;
+use vmop::controller::provider_config::apply_credentials;
 use vmop::plugin::{
     CallContext, CallLimits, EgressPolicy, EngineConfig, Plugin, PluginEngine, PluginRegistry,
     ProviderSettings, RegistryConfig, VmSpec,

@@ -3,11 +3,11 @@
 use kube::api::Api;
 use kube::{Resource, ResourceExt};
 
+use super::effects::{Effects, Severity};
+use super::status;
 use crate::api::{SlimVirtualMachine, VirtualMachine, VirtualMachineStatus, VmPhase};
 use crate::controller::context::Context;
-use crate::controller::effects::{Effects, Severity};
 use crate::controller::error::Error;
-use crate::controller::vm_status;
 use crate::plugin::{Phase, VmStatus};
 use crate::telemetry::events::chain;
 
@@ -26,7 +26,7 @@ pub(super) async fn report<E: Effects>(
         ""
     };
     let message = format!("{prefix}{}", chain(error));
-    vm_status::failed(status, vm, error.reason(), message.clone());
+    status::failed(status, vm, error.reason(), message.clone());
     if let Err(e) = fx.write_status(status).await {
         tracing::warn!(vm = %vm.name_any(), error = %chain(&e), "failed to record a failure in status");
     }
@@ -42,7 +42,7 @@ pub(super) async fn report_unresolved(
     ctx: &Context,
     error: &Error,
 ) {
-    let mut status = vm_status::current(vm);
+    let mut status = status::current(vm);
     let deleting = vm.meta().deletion_timestamp.is_some();
     let prefix = if deleting {
         "cannot delete the external machine: "
@@ -50,8 +50,8 @@ pub(super) async fn report_unresolved(
         ""
     };
     let message = format!("{prefix}{}", chain(error));
-    vm_status::failed(&mut status, vm, error.reason(), message.clone());
-    if let Err(e) = vm_status::write(api, vm, &status).await {
+    status::failed(&mut status, vm, error.reason(), message.clone());
+    if let Err(e) = status::write(api, vm, &status).await {
         tracing::warn!(vm = %vm.name_any(), error = %chain(&e), "failed to record a failure in status");
     }
     ctx.events

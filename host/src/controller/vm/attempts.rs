@@ -7,18 +7,26 @@
 //! counts only once the creation grace period has passed since the last attempt that could
 //! have made a machine. Attempts of an earlier process (before a crash or a leader change) are
 //! not known here: they all ended before this process started reconciling, so the grace
-//! period is also counted from [`Attempts::epoch`].
+//! period is also counted from the start of this process's epoch. Sharded, a shard this
+//! process acquires starts an epoch of its own ([`Attempts::acquired`]): another replica held
+//! it meanwhile and may have made creates this one does not know of.
 //!
 //! # Guarantees
 //!
 //! - [`Attempts::absence_wait`] is zero only when the grace period has passed since the start
-//!   of this epoch and since the end of every create attempt for the uid made in it (tests:
-//!   `attempts::tests`, and the simulation `tests/simulation.rs`, which crashes the operator
-//!   between every two steps and lags every read).
+//!   of this epoch, since this process last acquired the uid's shard, and since the end of
+//!   every create attempt for the uid made in it (tests: `attempts::tests`, and the simulation
+//!   `tests/simulation.rs`, which crashes the operator between every two steps and lags every
+//!   read). An attempt whose future is dropped before it answers (a shard lost mid-call)
+//!   counts as one that may have reached the cloud, ending when dropped ([`CreateAttempt`];
+//!   `attempts::tests::a_dropped_attempt_may_have_reached_the_cloud`).
+//! - Acquiring a shard forgets what this process knew of its VMs: knowledge from before a
+//!   hand-over (another replica may have created or deleted meanwhile) is never trusted after
+//!   it (`attempts::tests::an_acquired_shard_starts_a_new_epoch`).
 //! - [`Attempts::never_created`] is true only when this process added the VM's finalizer (so
 //!   every create attempt for it was made here: none can precede the finalizer) and no attempt
 //!   could have reached the cloud. Deleting such a VM needs no cloud call, which is what lets
-//!   a VM whose creates all failed against a dead endpoint be deleted (issue 8, path 10).
+//!   a VM whose creates all failed against a dead endpoint be deleted.
 //! - [`Attempts::sole_machine`] names a machine only when this process added the VM's
 //!   finalizer, every create attempt that could have reached the cloud answered, all with
 //!   that one machine, and since then no `delete` of it was asked and no `get` showed it as
@@ -38,6 +46,8 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+use crate::leader::shards::shard_of;
 
 #[derive(Debug, Default, Clone)]
 struct Known {
@@ -67,6 +77,36 @@ struct Known {
 pub struct Attempts {
     epoch: Instant,
     by_uid: Mutex<HashMap<String, Known>>,
+    /// When this process last acquired each shard, by shard count and shard.
+    acquired: Mutex<HashMap<(u32, u32), Instant>>,
+}
+
+/// A create attempt in flight: [`CreateAttempt::ended`] records how it ended; dropped without
+/// it (the reconcile was cancelled mid-call), it is recorded as one that may have reached the
+/// cloud and ended then.
+#[derive(Debug)]
+#[must_use = "record how the attempt ended"]
+pub struct CreateAttempt<'a> {
+    attempts: &'a Attempts,
+    uid: &'a str,
+    location: &'a str,
+    open: bool,
+}
+
+impl CreateAttempt<'_> {
+    /// The attempt answered (or failed); `reached` says whether it may have reached the cloud.
+    pub fn ended(mut self, reached: bool) {
+        self.open = false;
+        self.attempts.create_ended(self.uid, self.location, reached);
+    }
+}
+
+impl Drop for CreateAttempt<'_> {
+    fn drop(&mut self) {
+        if self.open {
+            self.attempts.create_ended(self.uid, self.location, true);
+        }
+    }
 }
 
 impl Attempts {
@@ -75,6 +115,7 @@ impl Attempts {
         Attempts {
             epoch: Instant::now(),
             by_uid: Mutex::new(HashMap::new()),
+            acquired: Mutex::new(HashMap::new()),
         }
     }
 
@@ -85,6 +126,40 @@ impl Attempts {
         Attempts {
             epoch: now.checked_sub(Duration::from_secs(86_400)).unwrap_or(now),
             by_uid: Mutex::new(HashMap::new()),
+            acquired: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// This process now holds `shard` of `count`: its VMs start a new epoch, and what was
+    /// known of them is forgotten.
+    pub fn acquired(&self, shard: u32, count: u32) {
+        self.acquired
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert((count, shard), Instant::now());
+        self.by_uid
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|uid, _| shard_of(uid, count) != shard);
+    }
+
+    /// The start of `uid`'s epoch: this process's, or the last acquisition of its shard.
+    fn epoch_of(&self, uid: &str) -> Instant {
+        let acquired = self.acquired.lock().unwrap_or_else(PoisonError::into_inner);
+        acquired
+            .iter()
+            .filter(|((count, shard), _)| shard_of(uid, *count) == *shard)
+            .map(|(_, at)| *at)
+            .fold(self.epoch, Instant::max)
+    }
+
+    /// A create attempt for `uid` at `location` is starting.
+    pub fn create_starting<'a>(&'a self, uid: &'a str, location: &'a str) -> CreateAttempt<'a> {
+        CreateAttempt {
+            attempts: self,
+            uid,
+            location,
+            open: true,
         }
     }
 
@@ -100,7 +175,7 @@ impl Attempts {
 
     /// A create attempt for `uid` at `location` ended; `reached` says whether it may have
     /// reached the cloud.
-    pub fn create_ended(&self, uid: &str, location: &str, reached: bool) {
+    fn create_ended(&self, uid: &str, location: &str, reached: bool) {
         let now = Instant::now();
         self.with(uid, |k| {
             k.answer_lost |= k.answer_pending;
@@ -154,8 +229,12 @@ impl Attempts {
     pub fn absence_wait(&self, uid: &str, grace: Duration) -> Duration {
         let now = Instant::now();
         let last = self.with(uid, |k| k.last_end);
-        let since = last.map_or(self.epoch, |end| end.max(self.epoch));
-        (since + grace).saturating_duration_since(now)
+        let epoch = self.epoch_of(uid);
+        let since = last.map_or(epoch, |end| end.max(epoch));
+        // A grace period too long to add to an instant never ends.
+        since
+            .checked_add(grace)
+            .map_or(Duration::MAX, |end| end.saturating_duration_since(now))
     }
 
     /// Whether no machine can exist for `uid`: see the module docs.
@@ -190,13 +269,13 @@ mod tests {
         assert_eq!(a.absence_wait("u", GRACE), GRACE, "a new epoch waits");
         tokio::time::advance(Duration::from_secs(40)).await;
         assert_eq!(a.absence_wait("u", GRACE), Duration::ZERO);
-        a.create_ended("u", "here", true);
+        a.create_starting("u", "here").ended(true);
         assert_eq!(a.absence_wait("u", GRACE), GRACE);
         assert_eq!(a.reached_location("u").as_deref(), Some("here"));
         assert_eq!(a.absence_wait("other", GRACE), Duration::ZERO);
         tokio::time::advance(Duration::from_secs(10)).await;
         assert_eq!(a.absence_wait("u", GRACE), Duration::from_secs(20));
-        a.create_ended("u", "there", false);
+        a.create_starting("u", "there").ended(false);
         assert_eq!(a.reached_location("u").as_deref(), Some("here"));
         assert_eq!(
             a.absence_wait("u", GRACE),
@@ -214,9 +293,9 @@ mod tests {
         );
         a.finalizer_added("u");
         assert!(a.never_created("u"));
-        a.create_ended("u", "here", false);
+        a.create_starting("u", "here").ended(false);
         assert!(a.never_created("u"));
-        a.create_ended("u", "here", true);
+        a.create_starting("u", "here").ended(true);
         assert!(!a.never_created("u"));
         a.forget("u");
         assert!(!a.never_created("u"));
@@ -225,7 +304,7 @@ mod tests {
     #[test]
     fn sole_machine_needs_our_finalizer_and_every_attempt_answered() {
         let a = Attempts::new();
-        a.create_ended("u", "here", true);
+        a.create_starting("u", "here").ended(true);
         a.created("u", "i-1");
         assert_eq!(
             a.sole_machine("u"),
@@ -235,20 +314,20 @@ mod tests {
 
         a.finalizer_added("v");
         assert_eq!(a.sole_machine("v"), None, "no attempt yet");
-        a.create_ended("v", "here", false);
+        a.create_starting("v", "here").ended(false);
         assert_eq!(a.sole_machine("v"), None, "nothing reached the cloud");
-        a.create_ended("v", "here", true);
+        a.create_starting("v", "here").ended(true);
         assert_eq!(a.sole_machine("v"), None, "no answer yet");
         a.created("v", "i-1");
         assert_eq!(a.sole_machine("v").as_deref(), Some("i-1"));
-        a.create_ended("v", "here", true);
+        a.create_starting("v", "here").ended(true);
         a.created("v", "i-1");
         assert_eq!(
             a.sole_machine("v").as_deref(),
             Some("i-1"),
             "an idempotent repeat"
         );
-        a.create_ended("v", "here", true);
+        a.create_starting("v", "here").ended(true);
         assert_eq!(
             a.sole_machine("v"),
             None,
@@ -256,15 +335,15 @@ mod tests {
         );
 
         a.finalizer_added("w");
-        a.create_ended("w", "here", true);
+        a.create_starting("w", "here").ended(true);
         a.created("w", "i-1");
-        a.create_ended("w", "here", true);
+        a.create_starting("w", "here").ended(true);
         a.created("w", "i-2");
         assert_eq!(a.sole_machine("w"), None, "two machines were answered");
 
         // A plugin that needs no network answers without reaching anything: still its machine.
         a.finalizer_added("x");
-        a.create_ended("x", "here", false);
+        a.create_starting("x", "here").ended(false);
         a.created("x", "vm-x");
         assert_eq!(a.sole_machine("x").as_deref(), Some("vm-x"));
         a.observe_first("x");
@@ -273,5 +352,58 @@ mod tests {
             None,
             "deleted once: observed from now on"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_dropped_attempt_may_have_reached_the_cloud() {
+        let a = Attempts::new();
+        a.finalizer_added("u");
+        tokio::time::advance(Duration::from_secs(40)).await;
+        drop(a.create_starting("u", "here"));
+        assert!(!a.never_created("u"), "it may have made a machine");
+        assert_eq!(a.sole_machine("u"), None, "its answer is lost");
+        assert_eq!(a.absence_wait("u", GRACE), GRACE, "counted from the drop");
+        assert_eq!(a.reached_location("u").as_deref(), Some("here"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_acquired_shard_starts_a_new_epoch() {
+        let a = Attempts::new();
+        let (mine, other) = ("uid-in-0", "uid-in-1");
+        let count = 2;
+        let shard = shard_of(mine, count);
+        let other = if shard_of(other, count) == shard {
+            (0..)
+                .map(|i| format!("uid-{i}"))
+                .find(|u| shard_of(u, count) != shard)
+                .unwrap_or_default()
+        } else {
+            other.to_owned()
+        };
+        for uid in [mine, other.as_str()] {
+            a.finalizer_added(uid);
+        }
+        tokio::time::advance(Duration::from_secs(40)).await;
+        assert_eq!(a.absence_wait(mine, GRACE), Duration::ZERO);
+        assert!(a.never_created(mine));
+
+        a.acquired(shard, count);
+        assert_eq!(
+            a.absence_wait(mine, GRACE),
+            GRACE,
+            "another replica may have created"
+        );
+        assert!(
+            !a.never_created(mine),
+            "nothing known from before the hand-over"
+        );
+        assert_eq!(
+            a.absence_wait(&other, GRACE),
+            Duration::ZERO,
+            "other shards keep theirs"
+        );
+        assert!(a.never_created(&other));
+        tokio::time::advance(GRACE).await;
+        assert_eq!(a.absence_wait(mine, GRACE), Duration::ZERO);
     }
 }

@@ -173,7 +173,7 @@ impl Limiter {
         let now = Instant::now();
         let (slot, mut reservations) = self.slot()?;
         reservations.retain(|_, r| r.due + STALE_RESERVATION > now);
-        let spread = || super::backoff::jitter(ROUTINE_SPREAD, 0.5);
+        let spread = || crate::controller::runtime::backoff::jitter(ROUTINE_SPREAD, 0.5);
         if let Some(last) = reservations.values().map(|r| r.due).max() {
             return Err(last.saturating_duration_since(now) + spread());
         }

@@ -82,32 +82,3 @@ pub enum Action {
         what: &'static str,
     },
 }
-
-impl Action {
-    /// One word for tables, logs and metrics.
-    pub fn verb(&self) -> &'static str {
-        match self {
-            Action::Observe(_) => "observe",
-            Action::Create { .. } => "create",
-            Action::Intend { .. } => "intend",
-            Action::Recreate { .. } => "recreate",
-            Action::Delete(_) => "delete",
-            Action::AwaitDeletion(_) => "await-deletion",
-            Action::Release => "release",
-            Action::Orphan => "orphan",
-            Action::AwaitAbsence { .. } => "await-absence",
-            Action::LocationChanged { .. } => "location-changed",
-            Action::Paused => "paused",
-            Action::Adopt { .. } => "adopt",
-            Action::AdoptionConflict { .. } => "adoption-conflict",
-            Action::Disown { .. } => "disown",
-            Action::LaunchOnly(_) => "invalid-spec",
-            Action::NotFound { .. } => "not-found",
-            Action::Update(_) => "update",
-            Action::Stop { restart: true, .. } => "restart",
-            Action::Stop { .. } => "stop",
-            Action::Start(_) => "start",
-            Action::Unsupported { .. } => "unsupported",
-        }
-    }
-}

@@ -24,9 +24,9 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::watch;
 
-use super::error::Error;
-use super::index::VmIndex;
 use crate::api::{ProviderConfig, VirtualMachine};
+use crate::controller::context::Context;
+use crate::controller::error::Error;
 use crate::leader::shards::{Hooks, OnAcquired, Shards, shard_of, shard_selector};
 
 /// The shard that reconciles ProviderConfigs (their status is one object for all VMs).
@@ -58,17 +58,20 @@ pub fn vm_shard(vm: &VirtualMachine) -> impl FnOnce(&Shards) -> u32 + '_ {
 }
 
 /// What the shard task is told and asks: [`on_acquired`]; the VMs per ProviderConfig of the
-/// held shards, from `index`; and a changed total requeues its ProviderConfig.
+/// held shards, from the index; and a changed total requeues its ProviderConfig.
 pub fn hooks(
     vms: Store<VirtualMachine>,
-    configs: Store<ProviderConfig>,
-    index: Arc<VmIndex>,
+    ctx: Arc<Context>,
     vm_tx: UnboundedSender<ObjectRef<VirtualMachine>>,
     pc_tx: UnboundedSender<ObjectRef<ProviderConfig>>,
     count: u32,
 ) -> Hooks {
+    let index = ctx.index.clone();
+    let acquiring = ctx.clone();
     Hooks {
-        on_acquired: on_acquired(vms, configs, vm_tx, pc_tx.clone(), count),
+        // Another replica held the shard and may have made creates this one does not know of.
+        on_acquiring: Arc::new(move |shard| acquiring.attempts.acquired(shard, count)),
+        on_acquired: on_acquired(vms, ctx, vm_tx, pc_tx.clone(), count),
         count_held: Arc::new(move |held| {
             index.counts_where(|uid| held.contains(&shard_of(uid, count)))
         }),
@@ -84,7 +87,7 @@ pub fn hooks(
 /// Requeues the VMs of an acquired shard (and every ProviderConfig with shard 0).
 fn on_acquired(
     vms: Store<VirtualMachine>,
-    configs: Store<ProviderConfig>,
+    ctx: Arc<Context>,
     vm_tx: UnboundedSender<ObjectRef<VirtualMachine>>,
     pc_tx: UnboundedSender<ObjectRef<ProviderConfig>>,
     count: u32,
@@ -97,7 +100,7 @@ fn on_acquired(
             }
         }
         if shard == PROVIDER_CONFIG_SHARD {
-            for pc in configs.state() {
+            for pc in ctx.resolver.configs.state() {
                 let _ = pc_tx.unbounded_send(ObjectRef::from(&*pc));
             }
         }

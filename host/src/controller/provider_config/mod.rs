@@ -4,6 +4,11 @@
 //! It never calls the cloud: `Ready` says the configuration is usable, not that the
 //! credentials are accepted (a refused call shows up as `Synced=False` on the VMs).
 
+pub(crate) mod locations;
+pub mod resolve;
+
+pub use resolve::{Provider, ResolveError, Resolver, apply_credentials};
+
 use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -13,10 +18,10 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 
-use super::context::Context;
-use super::error::Error;
 use crate::api::conditions::{self, READY, Status};
 use crate::api::{MANAGER, ParameterStatus, PluginStatus, ProviderConfig, ProviderConfigStatus};
+use crate::controller::context::Context;
+use crate::controller::error::Error;
 use crate::telemetry::events::chain;
 
 pub async fn reconcile(pc: Arc<ProviderConfig>, ctx: Arc<Context>) -> Result<Action, Error> {

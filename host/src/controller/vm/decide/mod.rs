@@ -3,7 +3,7 @@
 //!
 //! [`decide`] is pure. It either asks for one more read-only observation ([`Step::Get`],
 //! [`Step::Find`], [`Step::Location`], [`Step::Claimed`]) or names the [`Action`] to take.
-//! The reconciler (`vm.rs`) answers its questions with plugin calls (and the API server, for
+//! The reconciler (`vm/act.rs`) answers its questions with plugin calls (and the API server, for
 //! `Claimed`) and carries out the action; `vmop plan`
 //! answers them the same way and prints the action; the simulation test answers them from a
 //! fake cloud. None of them decides anything itself, so they cannot disagree.
@@ -44,7 +44,7 @@ mod action;
 mod converge;
 
 pub use action::{Action, Claimant};
-pub use converge::{LaunchOnlyChange, restart_pending, stale};
+pub use converge::{LaunchOnlyChange, restart_pending};
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -10,10 +10,10 @@ use std::time::Duration;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 
-use super::backoff::jitter;
-use super::context::Context;
-use super::error::{Error, Retry};
 use crate::api::{ProviderConfig, VirtualMachine};
+use crate::controller::context::Context;
+use crate::controller::error::{Error, Retry};
+use crate::controller::runtime::backoff::jitter;
 use crate::telemetry::events::chain;
 
 /// A provider's retry-after shorter than this is raised to it, so that a provider answering
@@ -21,7 +21,7 @@ use crate::telemetry::events::chain;
 const MIN_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 pub fn vm(vm: Arc<VirtualMachine>, error: &Error, ctx: Arc<Context>) -> Action {
-    let _span = super::vm_span(&vm).entered();
+    let _span = crate::controller::run::vm_span(&vm).entered();
     let key = ObjectRef::from(&*vm);
     let action = action(
         error.retry(),
@@ -44,7 +44,7 @@ pub fn vm(vm: Arc<VirtualMachine>, error: &Error, ctx: Arc<Context>) -> Action {
 }
 
 pub fn provider_config(pc: Arc<ProviderConfig>, error: &Error, ctx: Arc<Context>) -> Action {
-    let _span = super::provider_config_span(&pc).entered();
+    let _span = crate::controller::run::provider_config_span(&pc).entered();
     let key = ObjectRef::from(&*pc);
     let action = action(
         error.retry(),
@@ -75,7 +75,7 @@ fn action(
         Retry::After(after) => {
             // Never earlier than the provider asked: jitter only upwards, by up to 10%.
             let after = after.max(MIN_RETRY_AFTER);
-            Action::requeue(jitter(after, 0.05) + after.mul_f64(0.05))
+            Action::requeue(jitter(after, 0.05).saturating_add(after.mul_f64(0.05)))
         }
         Retry::Poll => Action::requeue(jitter(ctx.options.poll_interval, 0.1)),
         Retry::AwaitChange => Action::await_change(),

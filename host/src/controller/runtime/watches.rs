@@ -4,7 +4,8 @@
 //!
 //! The ProviderConfig and Secret watches here also fill the caches the reconcilers read
 //! (`Resolver::configs`, `Resolver::secrets`), so a VM is re-enqueued only after the cache
-//! holds the change that re-enqueued it.
+//! holds the change that re-enqueued it. The ProviderConfig watch is the only one: it also
+//! queues the ProviderConfig controller, which reads the same cache.
 //!
 //! # Guarantees
 //!
@@ -14,9 +15,9 @@
 //! - Deletions missed while a watch was down are detected at the relist.
 //! - Triggers act on the store's new state: the reflector applies a relist only at its end
 //!   (`InitDone`), so changes seen during a relist are announced then, not as they stream in
-//!   (test: `relist_changes_are_announced_once_the_store_holds_them`; issue 8, path 6).
+//!   (test: `relist_changes_are_announced_once_the_store_holds_them`).
 //!
-//! [`VmIndex`]: super::index::VmIndex
+//! [`VmIndex`]: crate::controller::runtime::index::VmIndex
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -31,8 +32,9 @@ use kube::runtime::{WatchStreamExt, reflector::store::Writer};
 use kube::{Api, Resource};
 use tokio::sync::broadcast::error::RecvError;
 
-use super::context::Context;
+use super::relist;
 use crate::api::{ProviderConfig, VirtualMachine};
+use crate::controller::context::Context;
 use crate::plugin::PluginRegistry;
 use crate::telemetry::events::chain;
 
@@ -190,12 +192,18 @@ pub async fn run(
     let client = fanout.ctx.client.clone();
     let namespace = fanout.ctx.options.operator_namespace.clone();
 
+    // Spec changes re-enqueue the VMs; any change (status included) the ProviderConfig itself,
+    // as a watch of its own would.
     let mut pc_changes = Changes::new(generation::<ProviderConfig>);
-    let pcs = super::relist::watch(Api::<ProviderConfig>::all(client.clone()), config_watch)
+    let mut pc_versions = Changes::new(resource_version::<ProviderConfig>);
+    let pcs = relist::watch(Api::<ProviderConfig>::all(client.clone()), config_watch)
         .reflect(configs)
         .for_each(|event| {
             match event {
                 Ok(event) => {
+                    for r in pc_versions.observe(&event) {
+                        let _ = fanout.configs.unbounded_send(r);
+                    }
                     for r in pc_changes.observe(&event) {
                         fanout.provider_config_changed(&r.name);
                     }
@@ -206,7 +214,7 @@ pub async fn run(
         });
 
     let mut secret_changes = Changes::new(resource_version::<Secret>);
-    let secret_watch = super::relist::watch(
+    let secret_watch = relist::watch(
         Api::<Secret>::namespaced(client, &namespace),
         watcher::Config::default(),
     )

@@ -18,8 +18,8 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use super::limiter::{Limiter, Limiters, Permit};
 use crate::api::{CredentialsMode, ProviderConfig};
+use crate::controller::runtime::limiter::{Limiter, Limiters, Permit};
 use crate::plugin::{
     CallContext, CallLimits, Connections, EgressParseError, EgressPolicy, LoadError, Plugin,
     PluginRegistry, ProviderSettings, Redactor, RequestSigner, SignerError, SigningMode,

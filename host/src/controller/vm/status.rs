@@ -10,11 +10,11 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::PostParams;
 use kube::{Api, Resource, ResourceExt};
 
-use super::error::Error;
 use crate::api::conditions::{self, READY, RESTART_REQUIRED, SYNCED, Status};
 use crate::api::{
     SlimVirtualMachine, UpdateStrategy, VirtualMachine, VirtualMachineStatus, VmPhase,
 };
+use crate::controller::error::Error;
 use crate::plugin::{Phase, VmStatus};
 
 /// The status as last written, or an empty one.

@@ -16,8 +16,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{ObjectMeta, Patch, PatchParams};
 use kube::{Api, Client, Resource, ResourceExt};
 
-use super::error::Error;
 use crate::api::{MANAGER, VirtualMachine, VirtualMachineStatus};
+use crate::controller::error::Error;
 
 /// Label on every ConfigMap vmop writes; the `owns` watch selects on it.
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "vmop");

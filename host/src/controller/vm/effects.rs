@@ -1,5 +1,5 @@
 //! [`Effects`]: everything the VM reconciler does to the world, behind one trait, so that the
-//! decision loop in `vm.rs` runs unchanged against the real API server and plugins
+//! decision loop in `act.rs` runs unchanged against the real API server and plugins
 //! ([`Live`]) and against the simulation's fake cloud and fake API (`host/tests/simulation.rs`).
 //!
 //! Every method is one await point; the simulation crashes the operator at any of them.
@@ -11,10 +11,10 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::calls::Calls;
-use super::error::Error;
 use crate::api::{
     CREATE_LOCATION, SlimVirtualMachine, VM_FINALIZER, VirtualMachine, VirtualMachineStatus,
 };
+use crate::controller::error::Error;
 use crate::plugin::{UpdateOutcome, VmSpec, VmStatus};
 use crate::telemetry::events::EventSink;
 
@@ -173,7 +173,7 @@ impl Effects for Live<'_> {
         if self
             .written
             .as_ref()
-            .is_some_and(|old| super::vm_status::same(old, status))
+            .is_some_and(|old| super::status::same(old, status))
         {
             return Ok(());
         }

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
-use super::provider::Provider;
+use crate::controller::provider_config::resolve::Provider;
 
 #[derive(Debug, Default)]
 pub struct Locations {

@@ -7,11 +7,11 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use super::context::Context;
-use super::error::Error;
-use super::limiter::Permit;
-use super::provider::Provider;
 use crate::api::{RECONCILE_REQUESTED_AT, VirtualMachine, conditions};
+use crate::controller::context::Context;
+use crate::controller::error::Error;
+use crate::controller::provider_config::resolve::Provider;
+use crate::controller::runtime::limiter::Permit;
 use crate::plugin::{CallError, Operation, UpdateOutcome, VmSpec, VmStatus};
 use crate::telemetry::metrics::CallOutcome;
 use kube::ResourceExt;

@@ -6,7 +6,7 @@
 //! relists, but a `410` answering the request that (re)starts a watch only makes it retry the
 //! same stale resourceVersion, backing off up to 30 s each time. That is what a restarted
 //! kube-apiserver answers (its new watch cache starts at the current revision): VMs waited
-//! about 80 s after the API server was back (issue 8, path 11). Here such an error drops the
+//! about 80 s after the API server was back. Here such an error drops the
 //! watcher for a new one, which lists again, and retries are capped at [`MAX_RETRY`]. The
 //! desync itself is not passed on: it is handled, and a kube `Controller` backs off all its
 //! triggers on every error it reads (so the controllers also get [`ShortBackoff`] as their
@@ -32,8 +32,8 @@ use kube::runtime::watcher::{self, Event, watcher};
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
-use super::backoff::jitter;
 use crate::api::{SlimVirtualMachine, VirtualMachine};
+use crate::controller::runtime::backoff::jitter;
 
 const FIRST_RETRY: Duration = Duration::from_millis(250);
 /// Longest wait between two attempts to reach the API server.

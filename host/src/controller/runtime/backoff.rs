@@ -90,12 +90,24 @@ pub fn jitter(d: Duration, fraction: f64) -> Duration {
     // A fresh RandomState is randomly keyed: enough randomness for spreading retries, without a
     // dependency on an RNG crate.
     let r = RandomState::new().hash_one(0u8) as f64 / u64::MAX as f64;
-    d.mul_f64(1.0 - fraction + 2.0 * fraction * r)
+    let factor = (1.0 - fraction + 2.0 * fraction * r).max(0.0);
+    // Saturating: no duration, however long, panics here.
+    Duration::try_from_secs_f64(d.as_secs_f64() * factor).unwrap_or(Duration::MAX)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn jitter_never_panics_on_a_long_duration() {
+        assert!(jitter(Duration::MAX, 0.1) > Duration::from_secs(u64::MAX / 2));
+        let d = jitter(Duration::from_secs(100), 0.1);
+        assert!(
+            d >= Duration::from_secs(90) && d <= Duration::from_secs(110),
+            "{d:?}"
+        );
+    }
 
     const CFG: BackoffConfig = BackoffConfig {
         base: Duration::from_secs(1),

@@ -21,9 +21,9 @@ use serde::Serialize;
 use super::attempts::Attempts;
 use super::decide::{Action, Facts, Observed, Step, decide, restart_pending};
 use super::effects::claimant;
-use super::provider::{Provider, ResolveError, Resolver};
-use super::vm::{facts, vm_spec};
+use super::{facts, vm_spec};
 use crate::api::VirtualMachine;
+use crate::controller::provider_config::resolve::{Provider, ResolveError, Resolver};
 use crate::plugin::CallError;
 use crate::telemetry::events::chain;
 
@@ -61,7 +61,7 @@ pub enum PlanError {
     #[error("provider call failed")]
     Call(#[source] CallError),
     #[error("the VirtualMachine is invalid")]
-    Spec(#[source] super::error::Error),
+    Spec(#[source] crate::controller::error::Error),
 }
 
 /// Plans one VM (a VM not yet in the cluster has no uid: it would be created, or adopted).
