@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The scale benchmark of issue 12, in one command: vmop (release build, the testcloud provider
+# The scale benchmark, in one command: vmop (release build, the testcloud provider
 # against the in-memory `vmop-testcloud`), the controller-runtime peer (bench/peer/) and the
 # bare-client floor, on one fresh control plane, through one driver (bench/peer/driver/), and
 # the table with ratios. README.md beside this file says what each figure is.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 12's table from the driver's results.jsonl: per N, floor | base | vmop | peer |
+"""The scale benchmark's tables from the driver's results.jsonl: per N, floor | base | vmop | peer |
 peer-same (the peer storing vmop's object), those that ran, with ratios vmop/peer,
 vmop/peer-same, vmop/base, vmop/floor and peer/floor (ratios of the means; each cell the range
 over the runs), then the writes per VM by verb and resource.
@@ -172,7 +172,7 @@ def main():
     groups = defaultdict(list)
     for r in runs:
         groups[(r["label"].split()[0], r["n"])].append(r)
-    out = ["# vmop scale benchmark (issue 12)", ""]
+    out = ["# vmop scale benchmark", ""]
     if meta:
         out += [f"{line}  " for line in meta.splitlines()] + [""]
     out += ["Cells: the range over the runs; ratios: of the means. Writes: the operator's own "
