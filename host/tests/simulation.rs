@@ -120,6 +120,8 @@ struct Abilities {
     power: bool,
     /// `update` resizes a running machine (else it answers needs-restart).
     live_resize: bool,
+    /// `update` can only make a new machine: it answers needs-replacement to any change.
+    replace_only: bool,
     /// `consistent-get`: calls by id see a machine as soon as `create` answered it.
     consistent_get: bool,
 }
@@ -582,11 +584,14 @@ impl Effects for Fake<'_> {
         let desired = self.desired_mib;
         self.perform(Operation::Update, format!("update {id}"), move |f| {
             let live_resize = f.world.abilities.live_resize;
+            let replace_only = f.world.abilities.replace_only;
             let Some(m) = f.machine(id) else {
                 return Err(Fake::transient(Operation::Update));
             };
             if m.memory_mib == desired {
                 Ok(UpdateOutcome::Applied)
+            } else if replace_only {
+                Ok(UpdateOutcome::NeedsReplacement)
             } else if !m.running || live_resize {
                 m.memory_mib = desired;
                 Ok(UpdateOutcome::Applied)

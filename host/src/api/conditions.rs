@@ -12,6 +12,8 @@ pub const SYNCED: &str = "Synced";
 /// `RestartRequired`: a change of a VirtualMachine (cpu, memory, parameters) can only be applied
 /// to a stopped machine and `spec.updateStrategy` is not `Restart` (KubeVirt's name).
 pub const RESTART_REQUIRED: &str = "RestartRequired";
+/// `Synced` reason: the spec's change needs a new machine, which the operator never makes.
+pub const REPLACEMENT_REQUIRED: &str = "ReplacementRequired";
 
 /// `True`, `False` or `Unknown`, as `metav1.ConditionStatus` spells them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,8 +7,9 @@
 //! `stop`) twice in one reconcile, at most one live machine, no write (`delete` included) to a
 //! machine marked as another VM's. After the faults stop: the machine has the power state and
 //! size the spec asks, or the VM says why not (`RestartRequired=True` under `updateStrategy:
-//! Manual`, `PowerNotSupported`, `UpdateNotSupported`, `AdoptionConflict` once its machine was
-//! claimed); then deleting the VM leaves nothing of its own behind, and the claimed machine
+//! Manual`, `PowerNotSupported`, `UpdateNotSupported`, `ReplacementRequired` from a plugin
+//! whose `update` answers needs-replacement (the machine is never replaced), `AdoptionConflict`
+//! once its machine was claimed); then deleting the VM leaves nothing of its own behind, and the claimed machine
 //! to its new owner.
 
 use std::time::Duration;
@@ -148,7 +149,10 @@ fn converged(world: &World) -> Result<(), String> {
         // on `status.applied`).
         let unknowable =
             !abilities.update && vm.status.as_ref().is_some_and(|s| s.applied.is_none());
-        if !(waiting || unsupported || unknowable) {
+        // Never replaced: the one machine keeps its size and the VM says a new one is needed.
+        let replacement =
+            abilities.replace_only && synced_reason(vm).as_deref() == Some("ReplacementRequired");
+        if !(waiting || unsupported || unknowable || replacement) {
             return Err(format!(
                 "machine has {} MiB, spec {want} MiB, and the VM says nothing (abilities \
                  {abilities:?}, strategy {:?}, RestartRequired {}, Synced {:?})",
@@ -168,6 +172,7 @@ pub(super) async fn run(world: &mut World) -> Result<(), String> {
         update: world.rng.chance(70),
         power: world.rng.chance(70),
         live_resize: world.rng.chance(30),
+        replace_only: world.rng.chance(15),
         consistent_get: world.rng.chance(50),
     };
     let abilities = world.abilities;

@@ -205,6 +205,9 @@ impl<'r, E: Effects> Run<'r, E> {
             Action::Update(machine) => self.update(&machine, facts).await,
             Action::Stop { machine, restart } => self.stop(&machine, restart, seen).await,
             Action::Start(machine) => self.start(&machine, seen).await,
+            Action::ReplacementRequired(machine) => {
+                self.replacement_required(&machine, facts).await
+            }
             Action::Unsupported {
                 machine,
                 capability,

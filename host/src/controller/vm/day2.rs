@@ -31,7 +31,7 @@ use super::decide::{Claimant, Facts, LaunchOnlyChange, Observed};
 use super::effects::{Effects, Severity};
 use super::report::phase_events;
 use super::status;
-use crate::api::conditions::{self, SYNCED, Status};
+use crate::api::conditions::{self, REPLACEMENT_REQUIRED, SYNCED, Status};
 use crate::api::{
     ManagementPolicy, PAUSED, RECONCILE_REQUESTED_AT, SlimVirtualMachine, VirtualMachine,
     VirtualMachineStatus, VmPhase,
@@ -225,16 +225,28 @@ impl<E: Effects> Run<'_, E> {
                 status::restart_required(self.status, self.vm, true);
             }
             UpdateOutcome::NeedsReplacement => {
-                status::observed(self.status, self.vm, machine);
-                let message = format!(
-                    "the provider can only apply this change to a new machine: {} is not \
-                     replaced automatically; revert the change, or create a new VirtualMachine",
-                    machine.id
-                );
-                return self.blocked("ReplacementRequired", message).await;
+                return self.replacement_required(machine, facts).await;
             }
         }
         Ok(Flow::Continue(()))
+    }
+
+    /// `update` answered (now or for this generation before) that the change needs a new
+    /// machine: never made; a restart would not help either, so none is pending.
+    pub(super) async fn replacement_required(
+        &mut self,
+        machine: &VmStatus,
+        facts: &mut Facts,
+    ) -> Result<Flow, Error> {
+        status::observed(self.status, self.vm, machine);
+        facts.day2.restart_required = false;
+        status::restart_required(self.status, self.vm, false);
+        let message = format!(
+            "the provider can only apply this change to a new machine: {} is not replaced \
+             automatically; revert the change, or create a new VirtualMachine",
+            machine.id
+        );
+        self.blocked(REPLACEMENT_REQUIRED, message).await
     }
 
     pub(super) async fn stop(

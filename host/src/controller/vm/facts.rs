@@ -89,6 +89,13 @@ pub(super) fn unresolved(vm: &VirtualMachine, attempts: &Attempts) -> Facts {
             applied: status.and_then(|s| s.applied.clone()),
             restart_required: status
                 .is_some_and(|s| conditions::is_true(&s.conditions, conditions::RESTART_REQUIRED)),
+            replacement_required: status
+                .and_then(|s| conditions::find(&s.conditions, conditions::SYNCED))
+                .is_some_and(|c| {
+                    c.status == "False"
+                        && c.reason == conditions::REPLACEMENT_REQUIRED
+                        && c.observed_generation == vm.meta().generation
+                }),
             capabilities: Capabilities::default(),
             launch_only: BTreeSet::new(),
             uid,

@@ -258,6 +258,13 @@ fn describe(action: &Action) -> (&'static str, String) {
                 m.phase.as_str()
             ),
         ),
+        Action::ReplacementRequired(m) => (
+            "blocked",
+            format!(
+                "the spec's change needs a new machine; {} is not replaced",
+                m.id
+            ),
+        ),
         Action::Unsupported {
             capability, what, ..
         } => (

@@ -74,6 +74,10 @@ pub enum Action {
     Stop { machine: VmStatus, restart: bool },
     /// Start the machine: `spec.powerState: Running`.
     Start(VmStatus),
+    /// The spec's change needs a new machine (`update` answered needs-replacement for this
+    /// generation): never replaced, said in a condition; the machine is otherwise kept as the
+    /// spec asks (its power state).
+    ReplacementRequired(VmStatus),
     /// The spec asks for something the plugin cannot do (`capability` is missing): never
     /// called, said in a condition.
     Unsupported {

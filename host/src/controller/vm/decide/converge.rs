@@ -175,7 +175,7 @@ fn converge(facts: &Facts, machine: &VmStatus) -> Action {
         return power(facts, machine, false);
     }
     let stale = stale(facts);
-    if stale && day2.capabilities.update {
+    if stale && day2.capabilities.update && !day2.replacement_required {
         if !running || !day2.restart_required {
             return Action::Update(machine.clone());
         }
@@ -186,6 +186,9 @@ fn converge(facts: &Facts, machine: &VmStatus) -> Action {
     }
     if day2.power == PowerState::Running && !running {
         return power(facts, machine, false);
+    }
+    if stale && day2.replacement_required {
+        return Action::ReplacementRequired(machine.clone());
     }
     if stale {
         return Action::Unsupported {

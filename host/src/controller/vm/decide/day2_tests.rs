@@ -186,6 +186,40 @@ fn a_resize_is_an_update_then_waits_or_restarts_by_strategy() {
 }
 
 #[test]
+fn a_change_that_needs_a_new_machine_is_not_asked_again_and_the_power_state_is_kept() {
+    // `update` answered needs-replacement for this generation (after a restart stopped the
+    // machine): no second update, no restart for it; the machine is started again.
+    let replaced = with(|d| {
+        d.desired = size(1024);
+        d.strategy = UpdateStrategy::Restart;
+        d.replacement_required = true;
+    });
+    assert_eq!(
+        act(&replaced, Some(machine(Phase::Stopped)), None).0,
+        Action::Start(machine(Phase::Stopped))
+    );
+    assert_eq!(
+        act(&replaced, Some(machine(Phase::Running)), None).0,
+        Action::ReplacementRequired(machine(Phase::Running))
+    );
+    let stopped = with(|d| {
+        d.desired = size(1024);
+        d.power = PowerState::Stopped;
+        d.replacement_required = true;
+    });
+    assert_eq!(
+        act(&stopped, Some(machine(Phase::Stopped)), None).0,
+        Action::ReplacementRequired(machine(Phase::Stopped))
+    );
+    // Reverted: nothing is stale, the condition is cleared by observing.
+    let reverted = with(|d| d.replacement_required = true);
+    assert_eq!(
+        act(&reverted, Some(machine(Phase::Running)), None).0,
+        Action::Observe(machine(Phase::Running))
+    );
+}
+
+#[test]
 fn without_the_update_capability_a_resize_is_refused_not_called() {
     let grow = with(|d| {
         d.desired = size(1024);

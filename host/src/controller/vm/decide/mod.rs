@@ -95,6 +95,10 @@ pub struct Day2 {
     pub applied: Option<AppliedSpec>,
     /// `RestartRequired=True` in status: the last `update` answered `needs-restart`.
     pub restart_required: bool,
+    /// `Synced=False`, reason `ReplacementRequired`, for this generation: `update` answered
+    /// that the spec's change needs a new machine. It is not asked again, nor the machine
+    /// restarted for it, until the spec changes.
+    pub replacement_required: bool,
     pub capabilities: Capabilities,
     /// The parameters the plugin declares launch-only (`parameter.mutable == false`): a
     /// change after creation is refused, never handed to `update`.
