@@ -14,15 +14,33 @@ use std::time::Duration;
 
 use crate::types::{PluginInfo, ProviderError, VmStatus};
 
+// The one table of the bounds, for the host (which checks answers against it) and the provider
+// SDK (which keeps answers within it). `wit/provider.wit` states the same numbers in its
+// "# Bounds" table, and the Python helper package (`providers/python/vmop_provider/bounds.py`)
+// repeats them: `tests/wit_bounds.rs` fails when either differs from these constants.
+
+/// `vm-status.id`, in bytes; never empty.
 pub const MAX_ID: usize = 256;
+/// `vm-status.owner`, in bytes; never empty when present.
 pub const MAX_OWNER: usize = 256;
+/// Entries of `vm-status.addresses`.
 pub const MAX_ADDRESSES: usize = 16;
+/// One entry of `vm-status.addresses`, in bytes.
 pub const MAX_ADDRESS: usize = 256;
+/// `vm-status.message`, every error message and each parameter's description, in bytes.
 pub const MAX_MESSAGE: usize = 1024;
-pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+/// `rate-limit.retry-after-ms`: one hour.
+pub const MAX_RETRY_AFTER_MS: u64 = 3_600_000;
+/// [`MAX_RETRY_AFTER_MS`] as a duration.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_millis(MAX_RETRY_AFTER_MS);
+/// `location(..)`, in bytes; never empty.
 pub const MAX_LOCATION: usize = 512;
+/// `plugin-info` name, version and wit-version, each capability and each parameter's name, in
+/// bytes; the two names are never empty.
 pub const MAX_INFO_FIELD: usize = 64;
+/// Entries of `plugin-info.capabilities`.
 pub const MAX_CAPABILITIES: usize = 32;
+/// Entries of `plugin-info.parameters`.
 pub const MAX_PARAMETERS: usize = 64;
 
 /// Which bound a plugin answer broke.
@@ -42,7 +60,7 @@ pub enum Violation {
         count: usize,
         max: usize,
     },
-    #[error("retry-after of {0:?} is over the bound of one hour")]
+    #[error("retry-after of {0:?} is over the bound of {max:?}", max = MAX_RETRY_AFTER)]
     RetryAfter(Duration),
 }
 

@@ -8,11 +8,22 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use vmop_provider_sdk::config::Settings;
 use vmop_provider_sdk::error::invalid_spec;
+use vmop_provider_sdk::tags::Rules;
 use vmop_provider_sdk::{Config, ProviderError, VmSpec};
 
+use crate::instance_types;
 use crate::query::Params;
 use crate::xml::Image;
-use crate::{instance_types, tags};
+
+/// What EC2 takes as instance tags: 50 per resource, keys of ≤128 and values of ≤256
+/// characters, none under the reserved `aws:` prefix; `Name` is what the console shows.
+const TAGS: Rules = Rules {
+    name_key: Some("Name"),
+    max_tags: 50,
+    max_key_chars: 128,
+    max_value_chars: 256,
+    reserved_prefix: Some("aws:"),
+};
 
 /// The largest EBS volume (io2 Block Express, 64 TiB); smaller limits of other volume types
 /// are EC2's to report.
@@ -102,7 +113,8 @@ pub fn run_instances_params(
     }
 
     params.push("TagSpecification.1.ResourceType", "instance");
-    for (i, (key, value)) in tags::for_spec(spec, settings.get("tags"))?
+    for (i, (key, value)) in TAGS
+        .for_spec(spec, settings.get("tags"))?
         .into_iter()
         .enumerate()
     {
@@ -197,7 +209,7 @@ mod tests {
         );
         assert_eq!(
             get(&params, "TagSpecification.1.Tag.4.Key"),
-            Some(tags::TAG_UID)
+            Some(vmop_provider_sdk::tags::TAG_UID)
         );
         assert_eq!(get(&params, "TagSpecification.1.Tag.5.Key"), Some("app"));
         assert_eq!(

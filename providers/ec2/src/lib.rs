@@ -30,8 +30,6 @@ mod lookup;
 mod parameters;
 mod power;
 mod query;
-mod sigv4;
-mod tags;
 mod update;
 mod xml;
 

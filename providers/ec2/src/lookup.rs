@@ -2,12 +2,11 @@
 
 use vmop_provider_sdk::ProviderError;
 use vmop_provider_sdk::error::invalid_spec;
+use vmop_provider_sdk::tags::TAG_UID;
 use vmop_provider_sdk::warn;
 
 use crate::instance::Instance;
 use crate::query::{Api, CallError, Params};
-use crate::tags::TAG_UID;
-
 use crate::xml::{self, Image};
 
 /// States of an instance that still stands for its VM; a terminated one does not.

@@ -1,15 +1,17 @@
-//! The AWS Query API as EC2 and STS speak it: form-encoded POSTs signed with SigV4, answered
-//! with XML.
+//! The AWS Query API as EC2 and STS speak it: form-encoded POSTs signed with SigV4 (by the
+//! host, or under `credentials: passthrough` by the SDK's `sigv4`), answered with XML.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use vmop_provider_sdk::error::transient;
-use vmop_provider_sdk::http::{Client, HttpError, Method, Request, error_chain};
-use vmop_provider_sdk::url::{Url, UrlError};
+use vmop_provider_sdk::http::{
+    Client, HttpError, Method, Request, SIGNING_REGION_HINT, SIGNING_SERVICE_HINT, error_chain,
+};
+use vmop_provider_sdk::sigv4::{self, Credentials, Scope, Unsigned};
+use vmop_provider_sdk::url::{Url, UrlError, encode_component};
 use vmop_provider_sdk::{Config, ProviderError, status};
 
 use crate::errors::error_for_code;
-use crate::sigv4::{self, Credentials, Scope, Unsigned, uri_encode};
 use crate::xml;
 
 /// One Query API: its SigV4 service name and the `Version` sent with every action.
@@ -64,7 +66,7 @@ impl Params {
         [("Action", action), ("Version", version)]
             .into_iter()
             .chain(self.0.iter().map(|(n, v)| (n.as_str(), v.as_str())))
-            .map(|(n, v)| format!("{}={}", uri_encode(n), uri_encode(v)))
+            .map(|(n, v)| format!("{}={}", encode_component(n), encode_component(v)))
             .collect::<Vec<_>>()
             .join("&")
     }
@@ -170,20 +172,12 @@ impl Api {
     }
 
     fn new(service: Service, endpoint: Url, config: &Config) -> Result<Api, ProviderError> {
-        // Host signing hands the plugin no secret; passthrough hands it the keys.
-        let credentials = match config.secrets.get("access_key_id") {
-            None => None,
-            Some(access_key_id) => Some(Credentials {
-                access_key_id: access_key_id.to_owned(),
-                secret_access_key: config.secrets.require("secret_access_key")?.to_owned(),
-                session_token: config.secrets.get("session_token").map(str::to_owned),
-            }),
-        };
         Ok(Api {
             service,
             endpoint,
             region: config.settings.require("region")?.to_owned(),
-            credentials,
+            // Host signing hands the plugin no secret; passthrough hands it the keys.
+            credentials: Credentials::from_secrets(&config.secrets)?,
             http: Client::new(),
         })
     }
@@ -212,10 +206,10 @@ impl Api {
             // The host signs (and removes these hints before sending).
             None => vec![
                 (
-                    "x-vmop-signing-service".to_owned(),
+                    SIGNING_SERVICE_HINT.to_owned(),
                     self.service.name.to_owned(),
                 ),
-                ("x-vmop-signing-region".to_owned(), self.region.clone()),
+                (SIGNING_REGION_HINT.to_owned(), self.region.clone()),
             ],
         };
         let mut request = Request::new(Method::Post, self.endpoint.clone()).body(body);

@@ -2,9 +2,9 @@
 //! and STS's `GetCallerIdentity`; element names are matched without their namespace.
 
 use roxmltree::{Document, Node};
+use vmop_provider_sdk::tags::TAG_UID;
 
 use crate::instance::Instance;
-use crate::tags::TAG_UID;
 
 #[derive(Debug, thiserror::Error)]
 #[error("the response is not valid XML")]

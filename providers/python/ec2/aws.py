@@ -1,17 +1,14 @@
 """The AWS Query API (EC2 2016-11-15, STS 2011-06-15) signed with Signature Version 4, and
 its error codes mapped to the contract's classes (the Rust ec2 provider's `errors.rs` table).
 
-Credentials come from the ProviderConfig's Secret (`credentials: passthrough`): keys
-`access_key_id`, `secret_access_key`, optional `session_token`.
+The host signs by default (`credentials: aws-sigv4`). Under `credentials: passthrough` the
+ProviderConfig's Secret hands the keys over (`access_key_id`, `secret_access_key`, optional
+`session_token`) and `vmop_provider.sigv4` signs here.
 """
 
-import hashlib
-import hmac
-import time
 import xml.etree.ElementTree as ET
-from urllib.parse import quote, urlsplit
 
-from vmop_provider import errors, request
+from vmop_provider import errors, request, sigv4
 
 _VERSIONS = {"ec2": "2016-11-15", "sts": "2011-06-15"}
 _CONTENT_TYPE = "application/x-www-form-urlencoded; charset=utf-8"
@@ -80,7 +77,7 @@ class Api:
     def call(self, action, params=()):
         """The XML root of a 2xx answer; raises `CallError` for an error answer."""
         pairs = [("Action", action), ("Version", _VERSIONS[self.service]), *params]
-        body = "&".join(f"{_encode(k)}={_encode(str(v))}" for k, v in pairs).encode()
+        body = "&".join(f"{sigv4.encode(k)}={sigv4.encode(str(v))}" for k, v in pairs).encode()
         response = request("POST", self.endpoint + "/", self._headers(body), body)
         if 200 <= response.status < 300:
             try:
@@ -92,38 +89,13 @@ class Api:
         raise CallError(code or "", response.status, response.header("retry-after"), text)
 
     def _headers(self, body):
-        """SigV4 for a form POST: the canonical request signs content-type, host, the date
-        and the session token, and the payload's hash."""
+        """Content type, and the signature (passthrough) or the host's signing hints."""
+        headers = [("content-type", _CONTENT_TYPE)]
         if not self.key_id:
-            return [("content-type", _CONTENT_TYPE),
-                    ("x-vmop-signing-service", self.service),
-                    ("x-vmop-signing-region", self.region)]
-        amz_date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        headers = {"content-type": _CONTENT_TYPE, "host": urlsplit(self.endpoint).netloc,
-                   "x-amz-date": amz_date}
-        if self.token:
-            headers["x-amz-security-token"] = self.token
-        names = ";".join(sorted(headers))
-        canonical = "\n".join([
-            "POST", "/", "",
-            "".join(f"{k}:{headers[k]}\n" for k in sorted(headers)),
-            names, hashlib.sha256(body).hexdigest(),
-        ])
-        scope = f"{amz_date[:8]}/{self.region}/{self.service}/aws4_request"
-        to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope,
-                             hashlib.sha256(canonical.encode()).hexdigest()])
-        key = ("AWS4" + self.secret).encode()
-        for part in (amz_date[:8], self.region, self.service, "aws4_request"):
-            key = hmac.new(key, part.encode(), hashlib.sha256).digest()
-        signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
-        headers["authorization"] = (f"AWS4-HMAC-SHA256 Credential={self.key_id}/{scope}, "
-                                    f"SignedHeaders={names}, Signature={signature}")
-        del headers["host"]  # the host derives it from the URL
-        return list(headers.items())
-
-
-def _encode(text):
-    return quote(text, safe="-_.~")
+            return headers + sigv4.hints(self.service, self.region)
+        return headers + sigv4.sign("POST", self.endpoint + "/", headers, body, region=self.region,
+                                    service=self.service, key_id=self.key_id, secret=self.secret,
+                                    token=self.token)
 
 
 def local(element):

@@ -3,7 +3,9 @@
 - `http.request`: blocking HTTP over wasi:http (world `plugin-http`, wit/http-guest/);
 - `Config`: settings and secrets lookup, a missing key a `permanent` error naming it;
 - `errors`: the contract's error classes to `raise`, and `error_for_status`;
-- `vm_status`: a `vm-status` within the contract's bounds;
+- `vm_status`: a `vm-status` within the contract's bounds (`bounds`: the host's numbers);
+- `sigv4`: AWS Signature Version 4, for `credentials: passthrough` only (the host signs by
+  default; `sigv4.hints` names the scope for it);
 - `log`: lines in the operator's log.
 
 Build a provider with world `plugin-http`:

@@ -6,8 +6,9 @@ provider raises one of these for anything the cloud or the user did, and lets bu
 
     raise invalid_spec(f"image {image} does not exist")
 
-Each helper cuts its message to the contract's 1024-byte bound (on a character boundary), so
-a long cloud error never turns into a contract violation.
+Each helper cuts its message to the contract's bound (`bounds.MAX_MESSAGE` bytes, on a
+character boundary) and clamps the delay to `bounds.MAX_RETRY_AFTER_MS`, so a long cloud error
+never turns into a contract violation.
 """
 
 from componentize_py_types import Err
@@ -20,10 +21,8 @@ from wit_world.imports.vmop_provider_types import (
     RateLimit,
 )
 
-#: wit/provider.wit: error messages are at most 1024 bytes of UTF-8.
-MAX_MESSAGE = 1024
-#: wit/provider.wit: retry-after is at most one hour.
-MAX_RETRY_AFTER_MS = 3_600_000
+from .bounds import MAX_MESSAGE, MAX_RETRY_AFTER_MS
+
 #: The delay of a 429 without `Retry-After` (the Rust SDK's default too).
 DEFAULT_RETRY_AFTER_MS = 5_000
 
@@ -57,7 +56,8 @@ def unauthorized(message: str) -> Err:
 
 
 def rate_limited(retry_after_ms: int, message: str) -> Err:
-    """The cloud throttled us: the host waits `retry_after_ms` (clamped to 0..=1 h)."""
+    """The cloud throttled us: the host waits `retry_after_ms` (clamped to
+    0..=MAX_RETRY_AFTER_MS)."""
     delay = min(max(int(retry_after_ms), 0), MAX_RETRY_AFTER_MS)
     return Err(ProviderError_RateLimited(RateLimit(delay, bounded(message))))
 

@@ -1,20 +1,17 @@
 """Answers within the contract's bounds (wit/provider.wit, "Bounds"), so a provider cannot
 fail a call as a contract violation by passing on what its cloud said.
 
-`vm_status` keeps at most 16 addresses of at most 256 bytes (dropping longer ones: a cut
-address would be wrong) and cuts the message to 1024 bytes; an id outside 1..=256 bytes is a
-`permanent` error, as in the Rust SDK, because no cut id names the machine (and so is an owner
-over 256 bytes: a cut uid would let another VM take the machine).
+`vm_status` keeps at most `MAX_ADDRESSES` addresses of at most `MAX_ADDRESS` bytes (dropping
+longer ones: a cut address would be wrong) and cuts the message to `MAX_MESSAGE` bytes; an id
+outside 1..=`MAX_ID` bytes is a `permanent` error, as in the Rust SDK, because no cut id names
+the machine (and so is an owner over `MAX_OWNER` bytes: a cut uid would let another VM take
+the machine). The numbers are in `bounds`.
 """
 
 from wit_world.imports.vmop_provider_types import Phase, VmStatus
 
+from .bounds import MAX_ADDRESS, MAX_ADDRESSES, MAX_ID, MAX_OWNER
 from .errors import bounded, permanent
-
-MAX_ID = 256
-MAX_ADDRESSES = 16
-MAX_ADDRESS = 256
-MAX_OWNER = 256
 
 
 def vm_status(id, phase: Phase, addresses=(), message=None, owner=None) -> VmStatus:

@@ -1,6 +1,9 @@
 //! The output bounds of `wit/provider.wit` ("# Bounds"), enforced on everything a [`Provider`]
 //! returns before it crosses into the host.
 //!
+//! The numbers are `vmop-contract`'s, the table the host checks answers against: they are
+//! re-exported here, never copied.
+//!
 //! The host treats any value beyond a bound as a plugin fault and discards the whole answer. A
 //! message that is merely long, or an address list a cloud padded, should not cost the user the
 //! answer, so what can be shortened without changing its meaning is shortened here: messages
@@ -10,28 +13,12 @@
 //!
 //! [`Provider`]: crate::Provider
 
-use crate::{Parameter, PluginInfo, ProviderError, RateLimit, VmStatus};
+pub use vmop_contract::bounds::{
+    MAX_ADDRESS, MAX_ADDRESSES, MAX_CAPABILITIES, MAX_ID, MAX_INFO_FIELD, MAX_LOCATION,
+    MAX_MESSAGE, MAX_OWNER, MAX_PARAMETERS, MAX_RETRY_AFTER, MAX_RETRY_AFTER_MS,
+};
 
-/// `vm-status.id`, in bytes.
-pub const MAX_ID: usize = 256;
-/// `vm-status.owner`, in bytes.
-pub const MAX_OWNER: usize = 256;
-/// Entries of `vm-status.addresses`.
-pub const MAX_ADDRESSES: usize = 16;
-/// One address, in bytes.
-pub const MAX_ADDRESS: usize = 256;
-/// `vm-status.message` and every error message, in bytes.
-pub const MAX_MESSAGE: usize = 1024;
-/// `rate-limit.retry-after-ms`: one hour.
-pub const MAX_RETRY_AFTER_MS: u64 = 3_600_000;
-/// `location(..)`, in bytes.
-pub const MAX_LOCATION: usize = 512;
-/// `plugin-info` name, version and wit-version, and each capability, in bytes.
-pub const MAX_INFO_STRING: usize = 64;
-/// Entries of `plugin-info.capabilities`.
-pub const MAX_CAPABILITIES: usize = 32;
-/// Entries of `plugin-info.parameters`.
-pub const MAX_PARAMETERS: usize = 64;
+use crate::{Parameter, PluginInfo, ProviderError, RateLimit, VmStatus};
 
 /// Marks a truncated message, so a reader knows the text goes on.
 const ELLIPSIS: &str = "…";
@@ -78,10 +65,11 @@ pub fn result<T>(
     result.and_then(ok).map_err(error)
 }
 
-/// The status with over-long addresses dropped, at most [`MAX_ADDRESSES`] kept (in order: the
-/// most useful come first) and the message truncated; an id outside 1..=256 bytes is an error.
-/// An empty owner names no VM and becomes `None`; one over 256 bytes is an error (a cut uid, or
-/// none, would let another VM take the machine).
+/// The status with addresses over [`MAX_ADDRESS`] bytes dropped, at most [`MAX_ADDRESSES`]
+/// kept (in order: the most useful come first) and the message truncated to [`MAX_MESSAGE`];
+/// an id outside 1..=[`MAX_ID`] bytes is an error. An empty owner names no VM and becomes
+/// `None`; one over [`MAX_OWNER`] bytes is an error (a cut uid, or none, would let another VM
+/// take the machine).
 pub fn status(mut status: VmStatus) -> Result<VmStatus, ProviderError> {
     if status.id.is_empty() || status.id.len() > MAX_ID {
         return Err(ProviderError::Permanent(format!(
@@ -108,7 +96,8 @@ pub fn optional_status(found: Option<VmStatus>) -> Result<Option<VmStatus>, Prov
     found.map(status).transpose()
 }
 
-/// A location of 1..=512 bytes, else an error: a cut location could equal another cloud's.
+/// A location of 1..=[`MAX_LOCATION`] bytes, else an error: a cut location could equal another
+/// cloud's.
 pub fn location(location: String) -> Result<String, ProviderError> {
     if location.is_empty() || location.len() > MAX_LOCATION {
         return Err(ProviderError::Permanent(format!(
@@ -120,15 +109,26 @@ pub fn location(location: String) -> Result<String, ProviderError> {
     Ok(location)
 }
 
-/// Name, version and wit-version truncated; capabilities longer than 64 bytes dropped and at
-/// most 32 kept; at most 64 parameters kept. `info` has no error to report a fault with.
+/// Name, version and wit-version truncated to [`MAX_INFO_FIELD`]; capabilities longer than
+/// that dropped and at most [`MAX_CAPABILITIES`] kept; parameters with an empty name or one
+/// longer than [`MAX_INFO_FIELD`] dropped (a cut name would declare another parameter), at most
+/// [`MAX_PARAMETERS`] kept, descriptions truncated to [`MAX_MESSAGE`]. `info` has no error to
+/// report a fault with.
 pub fn info(info: PluginInfo) -> PluginInfo {
-    let short = |s| truncate(s, MAX_INFO_STRING);
+    let short = |s| truncate(s, MAX_INFO_FIELD);
     let mut capabilities = info.capabilities;
-    capabilities.retain(|c| c.len() <= MAX_INFO_STRING);
+    capabilities.retain(|c| c.len() <= MAX_INFO_FIELD);
     capabilities.truncate(MAX_CAPABILITIES);
-    let mut parameters: Vec<Parameter> = info.parameters;
-    parameters.truncate(MAX_PARAMETERS);
+    let parameters: Vec<Parameter> = info
+        .parameters
+        .into_iter()
+        .filter(|p| (1..=MAX_INFO_FIELD).contains(&p.name.len()))
+        .take(MAX_PARAMETERS)
+        .map(|p| Parameter {
+            description: truncate(p.description, MAX_MESSAGE),
+            ..p
+        })
+        .collect();
     PluginInfo {
         name: short(info.name),
         version: short(info.version),
@@ -248,22 +248,26 @@ mod tests {
 
     #[test]
     fn info_is_bounded() {
-        let parameter = Parameter {
-            name: "p".into(),
+        let parameter = |name: &str, description: String| Parameter {
+            name: name.into(),
             kind: ParameterKind::Text,
-            description: String::new(),
+            description,
             mutable: true,
         };
         let mut capabilities: Vec<String> = (0..40).map(|i| format!("cap-{i}")).collect();
-        capabilities.insert(0, "c".repeat(65));
+        capabilities.insert(0, "c".repeat(MAX_INFO_FIELD + 1));
+        let mut parameters = vec![parameter("p", String::new()); 70];
+        parameters.insert(0, parameter("", String::new()));
+        parameters.insert(1, parameter(&"n".repeat(MAX_INFO_FIELD + 1), String::new()));
+        parameters.insert(2, parameter("wordy", "d".repeat(MAX_MESSAGE + 1)));
         let bounded = info(PluginInfo {
             name: "n".repeat(100),
             version: "1.0.0".into(),
             wit_version: "0.2.0".into(),
             capabilities,
-            parameters: vec![parameter; 70],
+            parameters,
         });
-        assert!(bounded.name.len() <= MAX_INFO_STRING);
+        assert!(bounded.name.len() <= MAX_INFO_FIELD);
         assert_eq!(bounded.version, "1.0.0");
         assert_eq!(bounded.capabilities.len(), MAX_CAPABILITIES);
         assert_eq!(
@@ -271,5 +275,8 @@ mod tests {
             Some("cap-0")
         );
         assert_eq!(bounded.parameters.len(), MAX_PARAMETERS);
+        let first = bounded.parameters.first().unwrap();
+        assert_eq!(first.name, "wordy", "bad names are dropped");
+        assert!(first.description.len() <= MAX_MESSAGE);
     }
 }

@@ -19,6 +19,13 @@ use wasip2::http::types::{
 use crate::ProviderError;
 use crate::url::{Scheme, Url};
 
+/// The request header naming the AWS SigV4 service the host signs a request for under
+/// `credentials: aws-sigv4` (the default), when the endpoint's name does not say it (moto,
+/// LocalStack, an STS call to an EC2 endpoint). The host removes it before sending.
+pub const SIGNING_SERVICE_HINT: &str = "x-vmop-signing-service";
+/// The request header naming the region the host signs for; see [`SIGNING_SERVICE_HINT`].
+pub const SIGNING_REGION_HINT: &str = "x-vmop-signing-region";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Method {
     Get,

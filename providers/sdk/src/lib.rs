@@ -34,6 +34,8 @@ pub mod http;
 pub mod json;
 pub mod log;
 pub mod retry_after;
+#[cfg(feature = "sigv4")]
+pub mod sigv4;
 pub mod status;
 pub mod tags;
 pub mod url;

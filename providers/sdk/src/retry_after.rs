@@ -9,8 +9,8 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// The longest delay a plugin may ask for (`rate-limit.retry-after-ms` ≤ 1 h).
-pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+/// The longest delay a plugin may ask for (`rate-limit.retry-after-ms`), the contract's.
+pub use crate::bounds::MAX_RETRY_AFTER;
 
 const MONTHS: [&str; 12] = [
     "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",

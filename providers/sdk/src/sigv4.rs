@@ -1,12 +1,29 @@
 //! AWS Signature Version 4 for header-signed requests, as specified in the AWS IAM user guide
 //! ("Create a signed AWS API request"): canonical request → string to sign → derived key →
-//! `Authorization` header.
+//! `Authorization` header. Feature `sigv4`.
+//!
+//! Only for `credentials: passthrough`. By default (`aws-sigv4`) the host holds the keys and
+//! signs every allowed request itself: the plugin sends it unsigned, with the hints
+//! [`SIGNING_SERVICE_HINT`] and [`SIGNING_REGION_HINT`] when the endpoint's name does not say
+//! the scope (moto, LocalStack). Under `passthrough` the keys are in `config.secrets`
+//! ([`Credentials::from_secrets`]) and the plugin signs with [`sign`].
+//!
+//! [`SIGNING_SERVICE_HINT`]: crate::http::SIGNING_SERVICE_HINT
+//! [`SIGNING_REGION_HINT`]: crate::http::SIGNING_REGION_HINT
+//!
+//! Hand-written rather than the AWS SDK's `aws-sigv4` crate, which the host uses: that crate
+//! builds for `wasm32-wasip2` and passes the same test vectors, but brings the smithy runtime
+//! with it and made the ec2 component half as large again (300,715 → 449,770 bytes) for a mode
+//! that is opt-in.
 
 use std::fmt;
 
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
-use vmop_provider_sdk::url::Url;
+
+use crate::ProviderError;
+use crate::config::Secrets;
+use crate::url::{Url, encode_component};
 
 const ALGORITHM: &str = "AWS4-HMAC-SHA256";
 
@@ -27,6 +44,22 @@ impl fmt::Debug for Credentials {
                 &self.session_token.as_ref().map(|_| "<redacted>"),
             )
             .finish_non_exhaustive()
+    }
+}
+
+impl Credentials {
+    /// The AWS keys the host hands over under `credentials: passthrough`: `access_key_id`,
+    /// `secret_access_key` (required with it) and optional `session_token`. `None` when there
+    /// is no `access_key_id`: the host signs (`aws-sigv4`) and the plugin holds no key.
+    pub fn from_secrets(secrets: &Secrets) -> Result<Option<Credentials>, ProviderError> {
+        let Some(access_key_id) = secrets.get("access_key_id") else {
+            return Ok(None);
+        };
+        Ok(Some(Credentials {
+            access_key_id: access_key_id.to_owned(),
+            secret_access_key: secrets.require("secret_access_key")?.to_owned(),
+            session_token: secrets.get("session_token").map(str::to_owned),
+        }))
     }
 }
 
@@ -139,7 +172,7 @@ fn signed_header_names(sorted_headers: &[(String, String)]) -> String {
 
 /// Each path segment URI-encoded (again: the path on the wire is already encoded once).
 fn canonical_uri(path: &str) -> String {
-    let encoded: Vec<String> = path.split('/').map(uri_encode).collect();
+    let encoded: Vec<String> = path.split('/').map(encode_component).collect();
     let joined = encoded.join("/");
     if joined.is_empty() {
         "/".to_owned()
@@ -156,8 +189,8 @@ fn canonical_query(query: &str) -> String {
         .map(|pair| {
             let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
             (
-                uri_encode(&percent_decode(name)),
-                uri_encode(&percent_decode(value)),
+                encode_component(&percent_decode(name)),
+                encode_component(&percent_decode(value)),
             )
         })
         .collect();
@@ -167,19 +200,6 @@ fn canonical_query(query: &str) -> String {
         .map(|(n, v)| format!("{n}={v}"))
         .collect::<Vec<_>>()
         .join("&")
-}
-
-/// RFC 3986 encoding as AWS defines it: unreserved characters as is, every other byte `%XX`.
-pub fn uri_encode(input: &str) -> String {
-    let mut out = String::with_capacity(input.len());
-    for byte in input.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
-            out.push(char::from(byte));
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
 }
 
 fn percent_decode(input: &str) -> String {
@@ -231,12 +251,12 @@ fn hmac(key: &[u8], data: &[u8]) -> Vec<u8> {
     }
 }
 
-pub fn sha256_hex(data: &[u8]) -> String {
+fn sha256_hex(data: &[u8]) -> String {
     hex::encode(Sha256::digest(data))
 }
 
 /// `YYYYMMDDTHHMMSSZ` for `unix_secs` (UTC).
-pub fn amz_date(unix_secs: u64) -> String {
+fn amz_date(unix_secs: u64) -> String {
     let days = unix_secs / 86_400;
     let secs = unix_secs % 86_400;
     let (year, month, day) = civil_from_days(days);
@@ -392,6 +412,30 @@ mod tests {
     }
 
     #[test]
+    fn passthrough_keys_or_none() {
+        let secrets = |keys: &[(&str, &str)]| keys.iter().copied().collect::<Secrets>();
+        assert!(matches!(Credentials::from_secrets(&secrets(&[])), Ok(None)));
+        let full = Credentials::from_secrets(&secrets(&[
+            ("access_key_id", "AKID"),
+            ("secret_access_key", "s"),
+            ("session_token", "t"),
+        ]));
+        assert!(matches!(
+            &full,
+            Ok(Some(Credentials { session_token: Some(t), .. })) if t == "t"
+        ));
+        match Credentials::from_secrets(&secrets(&[("access_key_id", "AKID")])) {
+            Err(ProviderError::Permanent(m)) => assert!(m.contains("secret_access_key"), "{m}"),
+            other => panic!("expected a permanent error, got {other:?}"),
+        }
+        let debug = format!("{full:?}");
+        assert!(
+            debug.contains("AKID") && !debug.contains("\"t\""),
+            "{debug}"
+        );
+    }
+
+    #[test]
     fn formats_amz_dates() {
         assert_eq!(amz_date(SUITE_TIME), "20150830T123600Z");
         assert_eq!(amz_date(0), "19700101T000000Z");
@@ -401,8 +445,8 @@ mod tests {
 
     #[test]
     fn encodes_the_aws_way() {
-        assert_eq!(uri_encode("a b/c~d_e.f-g*"), "a%20b%2Fc~d_e.f-g%2A");
-        assert_eq!(uri_encode("tag:vmop.dev/uid"), "tag%3Avmop.dev%2Fuid");
+        assert_eq!(encode_component("a b/c~d_e.f-g*"), "a%20b%2Fc~d_e.f-g%2A");
+        assert_eq!(encode_component("tag:vmop.dev/uid"), "tag%3Avmop.dev%2Fuid");
         assert_eq!(canonical_query("b=2&a=%41&a=1"), "a=1&a=A&b=2");
         assert_eq!(canonical_uri("/"), "/");
         assert_eq!(canonical_uri(""), "/");
