@@ -3,8 +3,10 @@
 //!
 //! - [`types`]: what crosses the boundary (spec, status, plugin info, errors, operations).
 //! - [`bounds`]: the output bounds of the contract, one table for both sides.
+//! - [`text`]: cutting text to a bound, on a character boundary.
 
 pub mod bounds;
+pub mod text;
 pub mod types;
 
 pub use types::*;

@@ -1,7 +1,7 @@
 //! Host-side types of the plugin contract (`wit/provider.wit`), independent of wasmtime.
 //!
 //! The reconcilers work with these; `bindings.rs` converts at the edge so that nothing outside
-//! `plugin/` sees generated types.
+//! `vmop-runtime` sees generated types.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -20,6 +20,8 @@ use tokio::io::AsyncWrite;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 
+use vmop_contract::text::cut;
+
 use super::redact::Redactor;
 
 /// One captured stream. Cloning shares the buffer (the WASI context keeps one clone, the sandbox
@@ -79,7 +81,7 @@ impl CapturedOutput {
         let mut buf = self.lock();
         let raw = String::from_utf8_lossy(&buf.bytes).into_owned();
         let text = buf.redactor.string(raw);
-        let kept = truncate(&text, buf.cap);
+        let kept = cut(&text, buf.cap);
         let cut = u64::try_from(text.len().saturating_sub(kept.len())).unwrap_or(u64::MAX);
         let kept = kept.to_owned();
         buf.bytes.clear();
@@ -147,28 +149,9 @@ impl AsyncWrite for CapturedOutput {
     }
 }
 
-/// Cuts at a char boundary at or below `max` bytes.
-pub(crate) fn truncate(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s.get(..end).unwrap_or_default()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn truncate_respects_char_boundaries() {
-        assert_eq!(truncate("héllo", 2), "h");
-        assert_eq!(truncate("héllo", 3), "hé");
-        assert_eq!(truncate("abc", 10), "abc");
-    }
 
     #[test]
     fn keeps_up_to_the_cap_and_counts_the_rest() {

@@ -161,11 +161,7 @@ fn message(stderr: &[u8]) -> String {
         .rev()
         .find(|l| !l.trim().is_empty())
         .unwrap_or("");
-    let mut end = last.len().min(MAX_MESSAGE_BYTES);
-    while !last.is_char_boundary(end) {
-        end -= 1;
-    }
-    last.get(..end).unwrap_or_default().to_owned()
+    vmop_contract::text::cut(last, MAX_MESSAGE_BYTES).to_owned()
 }
 
 /// Deserializes what a [`Compiler::Child`] wrote on its stdout.

@@ -20,7 +20,9 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::bindings::{self, wit_log};
 use super::egress::EgressHooks;
-use super::output::{CapturedOutput, truncate};
+use vmop_contract::text::cut;
+
+use super::output::CapturedOutput;
 use super::redact::Redactor;
 
 /// Per-call bounds on what a guest may say through `log`.
@@ -158,11 +160,11 @@ impl LogSink {
     /// `message` redacted, then cut at [`MAX_LOG_LINE_BYTES`]. Only the head that can survive
     /// the cut (plus the longest Secret value, so one straddling the cut is found) is scanned.
     fn line(&self, message: &str) -> String {
-        let head = truncate(
+        let head = cut(
             message,
             MAX_LOG_LINE_BYTES.saturating_add(self.redactor.max_len()),
         );
-        truncate(&self.redactor.text(head), MAX_LOG_LINE_BYTES).to_owned()
+        cut(&self.redactor.text(head), MAX_LOG_LINE_BYTES).to_owned()
     }
 }
 

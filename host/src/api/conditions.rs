@@ -84,19 +84,40 @@ pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
     find(conditions, type_).is_some_and(|c| c.status == Status::True.as_str())
 }
 
-/// Whether two condition lists say the same thing, ignoring `lastTransitionTime`: used to skip
-/// status writes that would change nothing.
-pub fn same(a: &[Condition], b: &[Condition]) -> bool {
-    let key = |c: &Condition| {
-        (
-            c.type_.clone(),
-            c.status.clone(),
-            c.reason.clone(),
-            c.message.clone(),
-            c.observed_generation,
-        )
+/// A status that carries conditions.
+pub trait Conditioned: Clone + PartialEq {
+    fn conditions_mut(&mut self) -> &mut Vec<Condition>;
+}
+
+impl Conditioned for Vec<Condition> {
+    fn conditions_mut(&mut self) -> &mut Vec<Condition> {
+        self
+    }
+}
+
+impl Conditioned for super::VirtualMachineStatus {
+    fn conditions_mut(&mut self) -> &mut Vec<Condition> {
+        &mut self.conditions
+    }
+}
+
+impl Conditioned for super::ProviderConfigStatus {
+    fn conditions_mut(&mut self) -> &mut Vec<Condition> {
+        &mut self.conditions
+    }
+}
+
+/// Whether `a` and `b` say the same thing: equal apart from the conditions' transition times.
+/// A status write that would change nothing else is not sent.
+pub fn same<S: Conditioned>(a: &S, b: &S) -> bool {
+    let strip = |s: &S| {
+        let mut s = s.clone();
+        for c in s.conditions_mut() {
+            c.last_transition_time = Time(Timestamp::UNIX_EPOCH);
+        }
+        s
     };
-    a.len() == b.len() && a.iter().map(key).eq(b.iter().map(key))
+    strip(a) == strip(b)
 }
 
 #[cfg(test)]

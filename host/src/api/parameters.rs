@@ -112,15 +112,7 @@ fn describe(value: &Value) -> String {
         Value::Array(_) => "a list",
         Value::Object(_) => "an object",
     };
-    let mut text = value.to_string();
-    if text.len() > 64 {
-        let cut = (0..=64)
-            .rev()
-            .find(|i| text.is_char_boundary(*i))
-            .unwrap_or(0);
-        text.truncate(cut);
-        text.push('…');
-    }
+    let text = vmop_contract::text::truncate(value.to_string(), 64);
     format!("{kind} ({text})")
 }
 

@@ -23,6 +23,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::Lookup;
 use kube::{Client, Resource};
+use vmop_contract::text::{cut, truncate};
 
 /// `reportingController` of every Event vmop writes.
 pub const REPORTER: &str = "vmop.dev/operator";
@@ -216,32 +217,11 @@ impl EventSink {
 fn event_name(object: &str, nanos: i128) -> String {
     let suffix = format!(".{:x}", nanos.unsigned_abs());
     let room = MAX_NAME.saturating_sub(suffix.len());
-    let mut stem: &str = object;
-    if stem.len() > room {
-        let mut cut = room;
-        while !stem.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        stem = stem.get(..cut).unwrap_or_default();
-    }
-    let stem = stem.trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
+    let stem = cut(object, room).trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
     format!("{stem}{suffix}")
 }
 
 pub use vmop_runtime::chain;
-
-/// Cuts `s` to at most `max` bytes on a character boundary (Event notes are limited to 1 kB).
-pub fn truncate(mut s: String, max: usize) -> String {
-    if s.len() > max {
-        let mut cut = max.saturating_sub(3);
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        s.truncate(cut);
-        s.push_str("...");
-    }
-    s
-}
 
 #[cfg(test)]
 mod tests {
@@ -261,12 +241,5 @@ mod tests {
             "the stem must end alphanumeric: {name}"
         );
         assert_eq!(event_name("web", 255), "web.ff");
-    }
-
-    #[test]
-    fn truncate_respects_char_boundaries() {
-        assert_eq!(truncate("abc".into(), 10), "abc");
-        let s = truncate("é".repeat(10), 8);
-        assert!(s.len() <= 8 && s.ends_with("..."), "{s}");
     }
 }

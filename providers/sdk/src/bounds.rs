@@ -20,24 +20,7 @@ pub use vmop_contract::bounds::{
 
 use crate::{Parameter, PluginInfo, ProviderError, RateLimit, VmStatus};
 
-/// Marks a truncated message, so a reader knows the text goes on.
-const ELLIPSIS: &str = "…";
-
-/// `text` cut to at most `max` bytes on a char boundary, ending in `…` when it was cut.
-pub fn truncate(mut text: String, max: usize) -> String {
-    if text.len() <= max {
-        return text;
-    }
-    let mut end = max.saturating_sub(ELLIPSIS.len());
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text.truncate(end);
-    if ELLIPSIS.len() <= max {
-        text.push_str(ELLIPSIS);
-    }
-    text
-}
+pub use vmop_contract::text::truncate;
 
 /// The error with its message truncated and its delay clamped.
 pub fn error(err: ProviderError) -> ProviderError {
@@ -151,20 +134,6 @@ mod tests {
             message: None,
             owner: None,
         }
-    }
-
-    #[test]
-    fn truncates_on_a_char_boundary_with_a_marker() {
-        assert_eq!(truncate("short".into(), 1024), "short");
-        let exact = "x".repeat(1024);
-        assert_eq!(truncate(exact.clone(), 1024), exact);
-        // 'é' is two bytes: a cut at an odd offset must step back, never split it.
-        let long = "é".repeat(600);
-        let cut = truncate(long, 1024);
-        assert!(cut.len() <= 1024, "{}", cut.len());
-        assert!(cut.ends_with(ELLIPSIS));
-        assert!(cut.trim_end_matches(ELLIPSIS).chars().all(|c| c == 'é'));
-        assert_eq!(truncate("abcdef".into(), 2), "");
     }
 
     #[test]

@@ -11,8 +11,6 @@ pub use resolve::{Provider, ResolveError, Resolver, apply_credentials};
 
 use std::sync::Arc;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
@@ -122,7 +120,7 @@ async fn write(
     old: &ProviderConfigStatus,
     new: &ProviderConfigStatus,
 ) -> Result<(), Error> {
-    if pc.status.is_some() && same(old, new) {
+    if pc.status.is_some() && conditions::same(old, new) {
         return Ok(());
     }
     let api: Api<ProviderConfig> = Api::all(ctx.client.clone());
@@ -139,15 +137,4 @@ async fn write(
     .await
     .map_err(Error::kube("write the ProviderConfig status"))?;
     Ok(())
-}
-
-fn same(a: &ProviderConfigStatus, b: &ProviderConfigStatus) -> bool {
-    let strip = |s: &ProviderConfigStatus| {
-        let mut s = s.clone();
-        for c in &mut s.conditions {
-            c.last_transition_time = Time(Timestamp::UNIX_EPOCH);
-        }
-        s
-    };
-    strip(a) == strip(b)
 }

@@ -173,7 +173,7 @@ impl Effects for Live<'_> {
         if self
             .written
             .as_ref()
-            .is_some_and(|old| super::status::same(old, status))
+            .is_some_and(|old| crate::api::conditions::same(old, status))
         {
             return Ok(());
         }

@@ -5,8 +5,7 @@
 //! since (a stale view never overwrites newer state), a field the operator stops sending is
 //! removed, and a write that would change nothing is not sent at all (`effects.rs`).
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::PostParams;
 use kube::{Api, Resource, ResourceExt};
 
@@ -148,7 +147,11 @@ pub async fn write(
     vm: &VirtualMachine,
     status: &VirtualMachineStatus,
 ) -> Result<(), Error> {
-    if vm.status.as_ref().is_some_and(|old| same(old, status)) {
+    if vm
+        .status
+        .as_ref()
+        .is_some_and(|old| conditions::same(old, status))
+    {
         return Ok(());
     }
     let mut object = vm.clone();
@@ -161,18 +164,6 @@ pub async fn write(
     .await
     .map_err(Error::kube("write the VirtualMachine status"))?;
     Ok(())
-}
-
-/// Equal apart from condition transition times.
-pub fn same(a: &VirtualMachineStatus, b: &VirtualMachineStatus) -> bool {
-    let strip = |s: &VirtualMachineStatus| {
-        let mut s = s.clone();
-        for c in &mut s.conditions {
-            c.last_transition_time = Time(Timestamp::UNIX_EPOCH);
-        }
-        s
-    };
-    strip(a) == strip(b)
 }
 
 #[cfg(test)]
@@ -266,9 +257,11 @@ mod tests {
         let mut a = VirtualMachineStatus::default();
         observed(&mut a, &vm(1), &seen(Phase::Running));
         let mut b = a.clone();
-        b.conditions[0].last_transition_time = Time(Timestamp::from_second(5).unwrap());
-        assert!(same(&a, &b));
+        b.conditions[0].last_transition_time = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::from_second(5).unwrap(),
+        );
+        assert!(conditions::same(&a, &b));
         b.addresses.push("10.0.0.2".into());
-        assert!(!same(&a, &b));
+        assert!(!conditions::same(&a, &b));
     }
 }
