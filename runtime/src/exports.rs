@@ -1,5 +1,6 @@
-//! The exports of `vmop:provider/provider`, each as one type: its arguments, its answer, how it
-//! is invoked, how its answer is checked against the contract's bounds and redacted.
+//! The exports of `vmop:provider/provider`, each as one type: its arguments, its answer and how
+//! it is invoked; how an answer is checked against the contract's bounds and redacted is its
+//! [`Answer`] type's, the same whichever export gives it.
 //!
 //! [`Plugin::call`](crate::Plugin::call) runs any of them through the one sandboxed call path
 //! ([`crate::sandbox`]), so the host knows an export in one place: adding one is the WIT, its
@@ -51,7 +52,7 @@ mod sealed {
 /// One export of the contract, called through [`Plugin::call`](crate::Plugin::call).
 pub trait Export: Send + sealed::Sealed {
     /// What the plugin answers when it does not return a `provider-error`.
-    type Answer: Send;
+    type Answer: Answer;
     /// The operation, for limits, metrics and log lines.
     const OP: Operation;
 
@@ -60,16 +61,78 @@ pub trait Export: Send + sealed::Sealed {
         self,
         guest: Guest<'a>,
     ) -> impl Future<Output = wasmtime::Result<Result<Self::Answer, ProviderError>>> + Send + 'a;
-
-    /// Checks a successful answer against the contract's bounds (errors are checked by the
-    /// sandbox, the same for every export).
-    #[doc(hidden)]
-    fn check(answer: &Self::Answer) -> Result<(), Violation>;
-
-    /// Replaces every Secret value the host knows in a successful answer's text.
-    #[doc(hidden)]
-    fn redact(answer: Self::Answer, redactor: &Redactor) -> Self::Answer;
 }
+
+/// A successful answer of an export: checked against the contract's bounds and redacted the
+/// same way by whichever export gives it (errors are checked and redacted by the sandbox, the
+/// same for every export).
+pub trait Answer: Send + Sized {
+    /// Checks the answer against the contract's bounds.
+    #[doc(hidden)]
+    fn check(&self) -> Result<(), Violation>;
+
+    /// Replaces every Secret value the host knows in the answer's text.
+    #[doc(hidden)]
+    fn redact(self, redactor: &Redactor) -> Self;
+}
+
+impl Answer for PluginInfo {
+    fn check(&self) -> Result<(), Violation> {
+        bounds::info(self)
+    }
+
+    fn redact(self, _: &Redactor) -> Self {
+        self
+    }
+}
+
+/// A location.
+impl Answer for String {
+    fn check(&self) -> Result<(), Violation> {
+        bounds::location(self)
+    }
+
+    fn redact(self, redactor: &Redactor) -> Self {
+        redactor.string(self)
+    }
+}
+
+impl Answer for VmStatus {
+    fn check(&self) -> Result<(), Violation> {
+        bounds::status(self)
+    }
+
+    fn redact(self, redactor: &Redactor) -> Self {
+        redactor.status(self)
+    }
+}
+
+impl<T: Answer> Answer for Option<T> {
+    fn check(&self) -> Result<(), Violation> {
+        self.as_ref().map_or(Ok(()), T::check)
+    }
+
+    fn redact(self, redactor: &Redactor) -> Self {
+        self.map(|answer| answer.redact(redactor))
+    }
+}
+
+/// Answers with no text of the plugin's: nothing to bound or redact.
+macro_rules! plain_answer {
+    ($($t:ty),*) => {$(
+        impl Answer for $t {
+            fn check(&self) -> Result<(), Violation> {
+                Ok(())
+            }
+
+            fn redact(self, _: &Redactor) -> Self {
+                self
+            }
+        }
+    )*};
+}
+
+plain_answer!((), UpdateOutcome);
 
 /// `info()`: who the plugin is and what it supports. Called once when it is loaded.
 #[derive(Debug, Clone, Copy)]
@@ -83,14 +146,6 @@ impl Export for Info {
 
     async fn invoke<'a>(self, g: Guest<'a>) -> wasmtime::Result<Result<PluginInfo, ProviderError>> {
         Ok(Ok(g.guest.call_info(g.store).await?.into()))
-    }
-
-    fn check(answer: &PluginInfo) -> Result<(), Violation> {
-        bounds::info(answer)
-    }
-
-    fn redact(answer: PluginInfo, _: &Redactor) -> PluginInfo {
-        answer
     }
 }
 
@@ -107,14 +162,6 @@ impl Export for Location {
     async fn invoke<'a>(self, g: Guest<'a>) -> wasmtime::Result<Result<String, ProviderError>> {
         let result = g.guest.call_location(g.store, g.config).await?;
         Ok(result.map_err(Into::into))
-    }
-
-    fn check(answer: &String) -> Result<(), Violation> {
-        bounds::location(answer)
-    }
-
-    fn redact(answer: String, redactor: &Redactor) -> String {
-        redactor.string(answer)
     }
 }
 
@@ -137,14 +184,6 @@ impl Export for Find {
         let result = g.guest.call_find(g.store, g.config, &self.uid).await?;
         Ok(result.map(|s| s.map(Into::into)).map_err(Into::into))
     }
-
-    fn check(answer: &Option<VmStatus>) -> Result<(), Violation> {
-        answer.as_ref().map_or(Ok(()), bounds::status)
-    }
-
-    fn redact(answer: Option<VmStatus>, redactor: &Redactor) -> Option<VmStatus> {
-        answer.map(|s| redactor.status(s))
-    }
 }
 
 /// `create(config, spec)`: a new machine for a VM.
@@ -163,14 +202,6 @@ impl Export for Create {
         let spec = WitVmSpec::from(&self.spec);
         let result = g.guest.call_create(g.store, g.config, &spec).await?;
         Ok(result.map(Into::into).map_err(Into::into))
-    }
-
-    fn check(answer: &VmStatus) -> Result<(), Violation> {
-        bounds::status(answer)
-    }
-
-    fn redact(answer: VmStatus, redactor: &Redactor) -> VmStatus {
-        redactor.status(answer)
     }
 }
 
@@ -192,14 +223,6 @@ impl Export for Get {
     ) -> wasmtime::Result<Result<Option<VmStatus>, ProviderError>> {
         let result = g.guest.call_get(g.store, g.config, &self.id).await?;
         Ok(result.map(|s| s.map(Into::into)).map_err(Into::into))
-    }
-
-    fn check(answer: &Option<VmStatus>) -> Result<(), Violation> {
-        answer.as_ref().map_or(Ok(()), bounds::status)
-    }
-
-    fn redact(answer: Option<VmStatus>, redactor: &Redactor) -> Option<VmStatus> {
-        answer.map(|s| redactor.status(s))
     }
 }
 
@@ -227,14 +250,6 @@ impl Export for Update {
             .await?;
         Ok(result.map(Into::into).map_err(Into::into))
     }
-
-    fn check(_: &UpdateOutcome) -> Result<(), Violation> {
-        Ok(())
-    }
-
-    fn redact(answer: UpdateOutcome, _: &Redactor) -> UpdateOutcome {
-        answer
-    }
 }
 
 /// The exports that take `(config, id)` and answer nothing but an error.
@@ -257,13 +272,6 @@ macro_rules! on_id_export {
                 Ok(result.map_err(Into::into))
             }
 
-            fn check(_: &()) -> Result<(), Violation> {
-                Ok(())
-            }
-
-            fn redact(answer: (), _: &Redactor) {
-                answer
-            }
         }
     };
 }

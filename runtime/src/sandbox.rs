@@ -29,7 +29,7 @@ use super::bindings::{self, ProviderConfig};
 use super::bounds::{self, Violation};
 use super::egress::{EgressHooks, EgressPolicy, NetTrace};
 use super::engine::{PluginEngine, WasmError};
-use super::exports::{Export, Guest};
+use super::exports::{Answer, Export, Guest};
 use super::output::CapturedOutput;
 use super::redact::Redactor;
 use super::state::{MAX_CAPTURED_OUTPUT, MemoryCapExceeded, State};
@@ -229,7 +229,7 @@ pub(crate) async fn call_traced<E: Export>(
         let answer =
             result.map_err(|e| classify(e, op, limits.timeout, memory_cap, store.data()))?;
         match &answer {
-            Ok(answer) => E::check(answer),
+            Ok(answer) => answer.check(),
             Err(error) => bounds::error(error),
         }
         .map_err(|violation| CallError::ContractViolation { op, violation })?;
@@ -250,7 +250,7 @@ pub(crate) async fn call_traced<E: Export>(
     // credential into logs, status or Events.
     let redactor = ctx.egress.redactor();
     let result = match result {
-        Ok(answer) => Ok(E::redact(answer, redactor)),
+        Ok(answer) => Ok(answer.redact(redactor)),
         Err(e) => Err(e.redacted(redactor)),
     };
     forward_output(&ctx.label, op, "stdout", &stdout);
