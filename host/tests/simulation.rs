@@ -38,13 +38,11 @@ use std::pin::pin;
 use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use vmop::api::{
-    CREATE_LOCATION, DeletionPolicy, ProviderConfigRef, VM_FINALIZER, VirtualMachine,
-    VirtualMachineSpec, VirtualMachineStatus,
+    CREATE_LOCATION, VM_FINALIZER, VirtualMachine, VirtualMachineSpec, VirtualMachineStatus,
 };
 use vmop::controller::Error;
 use vmop::controller::vm::Attempts;
@@ -152,20 +150,7 @@ struct World {
 
 impl World {
     fn new(seed: u64) -> Self {
-        let mut vm = VirtualMachine::new(
-            "web",
-            VirtualMachineSpec {
-                provider_config_ref: ProviderConfigRef { name: "pc".into() },
-                image: "img".into(),
-                cpu: 1,
-                memory: Quantity("1Gi".into()),
-                user_data: None,
-                deletion_policy: DeletionPolicy::Delete,
-                connection_config_map: None,
-                accept_location: None,
-                ..Default::default()
-            },
-        );
+        let mut vm = VirtualMachine::new("web", VirtualMachineSpec::new("pc", "img", 1, "1Gi"));
         vm.metadata.namespace = Some("ns".into());
         vm.metadata.uid = Some(UID.into());
         vm.metadata.resource_version = Some("1".into());

@@ -157,6 +157,27 @@ pub struct VirtualMachineSpec {
     pub management_policy: ManagementPolicy,
 }
 
+impl VirtualMachineSpec {
+    /// A spec as a minimal manifest writes it: the ProviderConfig, image, cpu and memory (a
+    /// Kubernetes quantity such as `1Gi`), everything else at its default.
+    pub fn new(
+        provider_config: impl Into<String>,
+        image: impl Into<String>,
+        cpu: u32,
+        memory: impl Into<String>,
+    ) -> Self {
+        VirtualMachineSpec {
+            provider_config_ref: ProviderConfigRef {
+                name: provider_config.into(),
+            },
+            image: image.into(),
+            cpu,
+            memory: Quantity(memory.into()),
+            ..Default::default()
+        }
+    }
+}
+
 /// `spec.powerState`.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum PowerState {

@@ -176,27 +176,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{DeletionPolicy, ProviderConfigRef, VirtualMachineSpec};
+    use crate::api::VirtualMachineSpec;
     use futures::{FutureExt, StreamExt};
-    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
     fn vm(ns: &str, name: &str, provider: &str) -> VirtualMachine {
-        let mut vm = VirtualMachine::new(
-            name,
-            VirtualMachineSpec {
-                provider_config_ref: ProviderConfigRef {
-                    name: provider.into(),
-                },
-                image: "ami-1".into(),
-                cpu: 1,
-                memory: Quantity("1Gi".into()),
-                user_data: None,
-                deletion_policy: DeletionPolicy::Delete,
-                connection_config_map: None,
-                accept_location: None,
-                ..Default::default()
-            },
-        );
+        let mut vm =
+            VirtualMachine::new(name, VirtualMachineSpec::new(provider, "ami-1", 1, "1Gi"));
         vm.metadata.namespace = Some(ns.into());
         vm
     }

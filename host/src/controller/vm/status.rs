@@ -169,24 +169,10 @@ pub async fn write(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{DeletionPolicy, ProviderConfigRef, VirtualMachineSpec};
-    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use crate::api::VirtualMachineSpec;
 
     fn vm(generation: i64) -> VirtualMachine {
-        let mut vm = VirtualMachine::new(
-            "web",
-            VirtualMachineSpec {
-                provider_config_ref: ProviderConfigRef { name: "aws".into() },
-                image: "ami-1".into(),
-                cpu: 1,
-                memory: Quantity("1Gi".into()),
-                user_data: None,
-                deletion_policy: DeletionPolicy::Delete,
-                connection_config_map: None,
-                accept_location: None,
-                ..Default::default()
-            },
-        );
+        let mut vm = VirtualMachine::new("web", VirtualMachineSpec::new("aws", "ami-1", 1, "1Gi"));
         vm.metadata.generation = Some(generation);
         vm
     }

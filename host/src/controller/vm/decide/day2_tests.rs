@@ -58,30 +58,7 @@ fn act(
     seen: Option<VmStatus>,
     found: Option<VmStatus>,
 ) -> (Action, Vec<&'static str>) {
-    let mut observed = Observed::default();
-    let mut asked = Vec::new();
-    loop {
-        match decide(facts, &observed) {
-            Step::Get(_) => {
-                asked.push("get");
-                observed.get = Some(seen.clone());
-            }
-            Step::Find => {
-                asked.push("find");
-                observed.find = Some(found.clone());
-            }
-            Step::Location => {
-                asked.push("location");
-                observed.location = Some(HERE.into());
-            }
-            Step::Claimed(_) => {
-                asked.push("claimed");
-                observed.claimed_by = Some(None);
-            }
-            Step::Act(action) => return (action, asked),
-        }
-        assert!(asked.len() <= 4, "asked too much: {asked:?}");
-    }
+    tests::run_from(Observed::default(), facts, seen, found, HERE)
 }
 
 fn with(f: impl FnOnce(&mut Day2)) -> Facts {

@@ -38,7 +38,7 @@ fn run(
 }
 
 /// [`run`], from what the decision has already `seen`.
-fn run_from(
+pub(super) fn run_from(
     mut seen: Observed,
     facts: &Facts,
     get: Option<VmStatus>,
@@ -66,7 +66,11 @@ fn run_from(
             }
             Step::Act(action) => return (action, asked),
         }
-        assert!(asked.len() <= 3, "asked the same thing twice: {asked:?}");
+        let (last, before) = asked.split_last().unwrap_or((&"", &[]));
+        assert!(
+            !before.contains(last),
+            "asked the same thing twice: {asked:?}"
+        );
     }
 }
 
