@@ -7,7 +7,7 @@ use crate::api::parameters::ParameterError;
 use crate::api::quantity::QuantityError;
 use crate::plugin::{CallError, ErrorClass, Operation};
 
-use crate::controller::provider_config::resolve::ResolveError;
+use crate::controller::provider_config::ResolveError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -15,7 +15,7 @@ mod context;
 mod error;
 pub mod provider_config;
 mod run;
-pub mod runtime;
+pub(crate) mod runtime;
 pub mod vm;
 
 pub use context::{Context, Options};

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
-use crate::controller::provider_config::resolve::Provider;
+use crate::controller::provider_config::Provider;
 
 #[derive(Debug, Default)]
 pub struct Locations {

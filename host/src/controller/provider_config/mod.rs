@@ -5,7 +5,7 @@
 //! credentials are accepted (a refused call shows up as `Synced=False` on the VMs).
 
 pub(crate) mod locations;
-pub mod resolve;
+mod resolve;
 
 pub use resolve::{Provider, ResolveError, Resolver, apply_credentials};
 

@@ -5,10 +5,10 @@
 //! try again), [`sharding`] (reconcile only the held shards) and [`task`] (a controller as a
 //! task of its own).
 
-pub mod backoff;
+pub(crate) mod backoff;
 pub(crate) mod error_policy;
 pub(crate) mod index;
-pub mod limiter;
+pub(crate) mod limiter;
 pub(crate) mod relist;
 pub(crate) mod sharding;
 pub(crate) mod task;

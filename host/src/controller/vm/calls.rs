@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crate::api::{RECONCILE_REQUESTED_AT, VirtualMachine, conditions};
 use crate::controller::context::Context;
 use crate::controller::error::Error;
-use crate::controller::provider_config::resolve::Provider;
+use crate::controller::provider_config::Provider;
 use crate::controller::runtime::limiter::Permit;
 use crate::plugin::{CallError, Operation, UpdateOutcome, VmSpec, VmStatus};
 use crate::telemetry::metrics::CallOutcome;

@@ -53,7 +53,7 @@ use kube::{Api, Resource, ResourceExt};
 use crate::api::{SlimVirtualMachine, VM_FINALIZER, VirtualMachine, VirtualMachineStatus};
 use crate::controller::context::{Context, Options};
 use crate::controller::error::{Error, Retry};
-use crate::controller::provider_config::resolve::Provider;
+use crate::controller::provider_config::Provider;
 use crate::controller::runtime::backoff::jitter;
 use crate::plugin::Phase;
 use act::Run;

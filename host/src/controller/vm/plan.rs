@@ -23,7 +23,7 @@ use super::decide::{Action, Facts, Observed, Step, decide, restart_pending};
 use super::effects::claimant;
 use super::{facts, vm_spec};
 use crate::api::VirtualMachine;
-use crate::controller::provider_config::resolve::{Provider, ResolveError, Resolver};
+use crate::controller::provider_config::{Provider, ResolveError, Resolver};
 use crate::plugin::CallError;
 use crate::telemetry::events::chain;
 
