@@ -22,12 +22,18 @@
 //! child that cannot be started, or whose artifact this engine refuses (another wasmtime build
 //! behind `/proc/self/exe`), is not a plugin's fault: the component is compiled in this process
 //! instead, with a warning (`tests::a_child_that_cannot_start_leaves_the_compile_to_this_process`,
-//! `tests::an_artifact_this_engine_refuses_leaves_the_compile_to_this_process`). That `vmop run`
+//! `tests::an_artifact_this_engine_refuses_leaves_the_compile_to_this_process`). A child that
+//! has not answered by its deadline is killed and the load fails with
+//! [`CompileError::TimedOut`]: a plugin that makes the compiler spin cannot hold the one
+//! compilation slot, and every other plugin's load behind it, for longer
+//! (`tests::a_child_past_its_deadline_is_killed`). That `vmop run`
 //! compiles in a child is checked on the real operator by `tests/tests/cache_restart.rs`.
 
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
 
 use wasmtime::Engine;
 use wasmtime::component::Component;
@@ -42,6 +48,10 @@ pub const SUBCOMMAND: &str = "precompile";
 pub const MAX_ARTIFACT_BYTES: usize = 512 << 20;
 /// How much of a failed child's stderr becomes the error message.
 const MAX_MESSAGE_BYTES: usize = 4 << 10;
+/// How long a child may take: a Python or JavaScript plugin compiles in seconds on one core.
+pub const CHILD_DEADLINE: Duration = Duration::from_secs(300);
+/// How often a running child is looked at for its exit or its deadline.
+const CHILD_POLL: Duration = Duration::from_millis(20);
 
 /// Where components are compiled.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -49,8 +59,9 @@ pub enum Compiler {
     /// With this process's engine, on the calling (blocking) thread.
     #[default]
     InProcess,
-    /// `exe precompile` in a child process; `exe` is this binary (`/proc/self/exe`).
-    Child { exe: PathBuf },
+    /// `exe precompile` in a child process; `exe` is this binary (`/proc/self/exe`), killed
+    /// past `deadline` ([`CHILD_DEADLINE`] for `vmop run`).
+    Child { exe: PathBuf, deadline: Duration },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -63,6 +74,8 @@ pub enum CompileError {
     Killed(ExitStatus),
     #[error("the compiler process wrote more than {MAX_ARTIFACT_BYTES} bytes")]
     TooLarge,
+    #[error("the compiler process did not finish within {0:?} and was killed")]
+    TimedOut(Duration),
 }
 
 /// Why a child gave no usable artifact although the component may be fine.
@@ -89,10 +102,10 @@ pub struct Compiled {
 impl Compiler {
     /// Compiles `wasm` for `engine`. Runs on a blocking thread.
     pub fn compile(&self, engine: &Engine, wasm: &[u8]) -> Result<Compiled, CompileError> {
-        let Compiler::Child { exe } = self else {
+        let Compiler::Child { exe, deadline } = self else {
             return in_process(engine, wasm);
         };
-        match in_child(exe, engine, wasm) {
+        match in_child(exe, *deadline, engine, wasm) {
             Ok(outcome) => outcome.map(|component| Compiled {
                 component,
                 in_child: true,
@@ -117,6 +130,7 @@ fn in_process(engine: &Engine, wasm: &[u8]) -> Result<Compiled, CompileError> {
 /// The child's outcome for the component, or why there is none to judge it by.
 fn in_child(
     exe: &Path,
+    deadline: Duration,
     engine: &Engine,
     wasm: &[u8],
 ) -> Result<Result<Component, CompileError>, ChildUnavailable> {
@@ -138,7 +152,9 @@ fn in_child(
             _ => {}
         }
     }
-    let output = child.wait_with_output().map_err(spawn)?;
+    let Some(output) = wait_until(child, deadline).map_err(spawn)? else {
+        return Ok(Err(CompileError::TimedOut(deadline)));
+    };
     if !output.status.success() {
         return Ok(Err(match output.status.code() {
             Some(_) => CompileError::Refused(message(&output.stderr)),
@@ -151,6 +167,42 @@ fn in_child(
     deserialize(engine, &output.stdout)
         .map(Ok)
         .map_err(|e| ChildUnavailable::Incompatible(e.into()))
+}
+
+/// What a child wrote and how it ended, or `None` when it was still running at `deadline`
+/// (then it is killed and reaped). Its pipes are read on threads of their own, so a child that
+/// fills one never blocks.
+fn wait_until(mut child: Child, deadline: Duration) -> io::Result<Option<std::process::Output>> {
+    fn drain(pipe: Option<impl Read + Send + 'static>) -> thread::JoinHandle<Vec<u8>> {
+        thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                // A read error ends what the child said; its exit status tells the rest.
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    }
+    let stdout = drain(child.stdout.take());
+    let stderr = drain(child.stderr.take());
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break Some(status);
+        }
+        if started.elapsed() >= deadline {
+            child.kill()?;
+            child.wait()?;
+            break None;
+        }
+        thread::sleep(CHILD_POLL);
+    };
+    let (stdout, stderr) = (stdout.join(), stderr.join());
+    Ok(status.map(|status| std::process::Output {
+        status,
+        stdout: stdout.unwrap_or_default(),
+        stderr: stderr.unwrap_or_default(),
+    }))
 }
 
 /// The last line of a failed child's stderr (its `Error: …`), bounded.
@@ -175,7 +227,7 @@ fn deserialize(engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Component> {
 
 /// The child's side (`vmop precompile`): the component on `input`, the artifact for an engine
 /// configured like the operator's on `output`.
-pub fn serve(mut input: impl io::Read, mut output: impl Write) -> Result<(), PrecompileError> {
+pub fn serve(mut input: impl Read, mut output: impl Write) -> Result<(), PrecompileError> {
     let mut wasm = Vec::new();
     input.read_to_end(&mut wasm).map_err(PrecompileError::Io)?;
     let engine = on_demand_engine().map_err(PrecompileError::Engine)?;
@@ -212,18 +264,24 @@ mod tests {
     /// A stand-in for `vmop precompile`: a shell script with `body`, in a directory that lives
     /// as long as the returned guard.
     fn child(body: &str) -> (tempfile::TempDir, Compiler) {
+        child_with(body, Duration::from_secs(60))
+    }
+
+    /// [`child`], killed past `deadline`.
+    fn child_with(body: &str, deadline: Duration) -> (tempfile::TempDir, Compiler) {
         let dir = tempfile::tempdir().unwrap();
         let exe = dir.path().join("child");
         std::fs::write(&exe, format!("#!/bin/sh\n{body}")).unwrap();
         std::fs::set_permissions(&exe, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .unwrap();
-        (dir, Compiler::Child { exe })
+        (dir, Compiler::Child { exe, deadline })
     }
 
     #[test]
     fn a_child_that_cannot_start_leaves_the_compile_to_this_process() {
         let compiler = Compiler::Child {
             exe: PathBuf::from("/nonexistent/vmop"),
+            deadline: CHILD_DEADLINE,
         };
         let compiled = compiler.compile(&engine(), EMPTY_COMPONENT).unwrap();
         assert!(!compiled.in_child);
@@ -244,6 +302,17 @@ mod tests {
         let (_dir, compiler) = child("kill -9 $$\n");
         let err = compiler.compile(&engine(), EMPTY_COMPONENT).unwrap_err();
         assert!(matches!(err, CompileError::Killed(_)), "{err:?}");
+    }
+
+    #[test]
+    fn a_child_past_its_deadline_is_killed() {
+        let deadline = Duration::from_millis(200);
+        let (_dir, compiler) = child_with("cat >/dev/null\nexec sleep 600\n", deadline);
+        let err = compiler.compile(&engine(), EMPTY_COMPONENT).unwrap_err();
+        assert!(
+            matches!(err, CompileError::TimedOut(d) if d == deadline),
+            "{err:?}"
+        );
     }
 
     #[test]

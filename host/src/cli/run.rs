@@ -16,7 +16,7 @@ use crate::leader::{LeaderElector, LeaseConfig, default_identity};
 use crate::telemetry::health::Readiness;
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::server::{self, ServerState};
-use vmop_runtime::precompile::Compiler;
+use vmop_runtime::precompile::{CHILD_DEADLINE, Compiler};
 use vmop_runtime::{CallLimits, EngineConfig, PluginEngine, PluginRegistry, RegistryConfig};
 
 #[derive(Debug, clap::Args)]
@@ -139,6 +139,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     .with_observer(metrics.load_observer())
     .with_compiler(Compiler::Child {
         exe: PathBuf::from("/proc/self/exe"),
+        deadline: CHILD_DEADLINE,
     });
     let watcher = registry.watch(args.plugin_poll_interval);
 

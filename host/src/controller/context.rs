@@ -7,8 +7,8 @@ use kube::Client;
 use kube::runtime::reflector::ObjectRef;
 
 use crate::api::{ProviderConfig, VirtualMachine};
-use crate::controller::provider_config::locations::Locations;
 use crate::controller::provider_config::Resolver;
+use crate::controller::provider_config::locations::Locations;
 use crate::controller::runtime::backoff::{BackoffConfig, Backoffs};
 use crate::controller::runtime::index::VmIndex;
 use crate::controller::vm::Attempts;

@@ -157,13 +157,8 @@ impl LoadOutcome {
     pub fn of(result: Result<(), &LoadError>) -> LoadOutcome {
         match result {
             Ok(()) => LoadOutcome::Ok,
-            Err(LoadError::DigestMismatch { .. }) => LoadOutcome::DigestMismatch,
-            Err(
-                LoadError::Compile { .. }
-                | LoadError::Link { .. }
-                | LoadError::Info { .. }
-                | LoadError::IncompatibleWit { .. },
-            ) => LoadOutcome::InvalidPlugin,
+            Err(e) if e.is_digest_mismatch() => LoadOutcome::DigestMismatch,
+            Err(e) if e.is_invalid_plugin() => LoadOutcome::InvalidPlugin,
             Err(_) => LoadOutcome::Error,
         }
     }

@@ -1,6 +1,7 @@
 //! [`LoadError`]: why a plugin file could not be served.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use crate::engine::WasmError;
 use crate::precompile::CompileError;
@@ -54,9 +55,59 @@ pub enum LoadError {
         plugin: String,
         host: &'static str,
     },
+    /// The same file (and pin) failed to load before, for a reason of its own: it is not read
+    /// nor compiled again until it changes or `retry_in` has passed.
+    #[error(
+        "plugin {path} failed to load and is not tried again for {retry_in:?} unless it changes: {cause}"
+    )]
+    Repeated {
+        path: PathBuf,
+        retry_in: Duration,
+        /// The failure, as it was said the first time.
+        cause: String,
+        /// It was a [`LoadError::DigestMismatch`].
+        mismatch: bool,
+    },
 }
 
 impl LoadError {
+    /// The file does not have the pinned digest (now, or when it was last tried).
+    pub fn is_digest_mismatch(&self) -> bool {
+        matches!(
+            self,
+            LoadError::DigestMismatch { .. } | LoadError::Repeated { mismatch: true, .. }
+        )
+    }
+
+    /// The file is no plugin this host can run (now, or when it was last tried): it does not
+    /// compile, link, answer `info()` or speak the host's WIT.
+    pub fn is_invalid_plugin(&self) -> bool {
+        matches!(
+            self,
+            LoadError::Compile { .. }
+                | LoadError::Link { .. }
+                | LoadError::Info { .. }
+                | LoadError::IncompatibleWit { .. }
+                | LoadError::Repeated {
+                    mismatch: false,
+                    ..
+                }
+        )
+    }
+
+    /// Whether this failure is the file's own (its content, pin or WIT), so that loading the
+    /// same file again would fail the same way; I/O, size limit and task failures may pass.
+    pub(super) fn is_the_files(&self) -> bool {
+        matches!(
+            self,
+            LoadError::DigestMismatch { .. }
+                | LoadError::Compile { .. }
+                | LoadError::Link { .. }
+                | LoadError::Info { .. }
+                | LoadError::IncompatibleWit { .. }
+        )
+    }
+
     /// For `map_err`: an I/O failure on `path`.
     pub(crate) fn read(path: &Path) -> impl FnOnce(std::io::Error) -> LoadError {
         let path = path.to_path_buf();

@@ -12,7 +12,9 @@ use wasmtime::component::Component;
 use super::files::{
     FileStamp, check_pin, digest_file, parse_pin, read_file, relative, wit_compatible,
 };
-use super::{LoadError, Loaded, PluginEvent, PluginRegistry, Served};
+use super::{
+    FAILED_RETRY, FAILED_RETRY_MAX, Failed, LoadError, Loaded, PluginEvent, PluginRegistry, Served,
+};
 use crate::bindings::WIT_VERSION;
 use crate::component::{Plugin, exported_wit_version};
 use crate::precompile::Compiled;
@@ -51,8 +53,63 @@ impl PluginRegistry {
                 loaded.pin = pin;
                 return Ok((loaded.plugin.clone(), Served::Memory));
             }
+            if let Some(failed) = tables.failed.get(&rel)
+                && failed.stamp == stamp
+                && failed.pin == pin
+                && let Some(retry_in) = failed
+                    .retry_at
+                    .checked_duration_since(tokio::time::Instant::now())
+            {
+                self.inner.repeated_failures.fetch_add(1, Ordering::Relaxed);
+                return Err(LoadError::Repeated {
+                    path: rel,
+                    retry_in,
+                    cause: failed.cause.clone(),
+                    mismatch: failed.mismatch,
+                });
+            }
         }
-        self.reload(&rel, &full, stamp, pin).await
+        let result = self.reload(&rel, &full, stamp, pin.clone()).await;
+        self.remember(&rel, stamp, pin, result)
+    }
+
+    /// Remembers a failure of the file's own for `rel` (see the module docs), or forgets an
+    /// earlier one once it loads.
+    fn remember(
+        &self,
+        rel: &Path,
+        stamp: FileStamp,
+        pin: Option<String>,
+        result: Result<(Arc<Plugin>, Served), LoadError>,
+    ) -> Result<(Arc<Plugin>, Served), LoadError> {
+        let mut tables = self.tables();
+        let error = match result {
+            Ok(loaded) => {
+                tables.failed.remove(rel);
+                return Ok(loaded);
+            }
+            Err(error) if error.is_the_files() => error,
+            Err(error) => return Err(error),
+        };
+        let times = tables
+            .failed
+            .get(rel)
+            .map_or(1, |f| f.times.saturating_add(1));
+        let wait = FAILED_RETRY
+            .saturating_mul(2u32.saturating_pow(times.saturating_sub(1)))
+            .min(FAILED_RETRY_MAX);
+        tables.failed.insert(
+            rel.to_path_buf(),
+            Failed {
+                stamp,
+                pin,
+                cause: crate::chain(&error),
+                mismatch: error.is_digest_mismatch(),
+                times,
+                retry_at: tokio::time::Instant::now() + wait,
+            },
+        );
+        Err(error)
     }
 
     /// Records a load that did real work (see the module docs of [`super`]).
@@ -62,7 +119,10 @@ impl PluginRegistry {
         started: Instant,
     ) {
         if let Some(observer) = self.inner.observer.get()
-            && !matches!(result, Ok((_, Served::Memory)))
+            && !matches!(
+                result,
+                Ok((_, Served::Memory)) | Err(LoadError::Repeated { .. })
+            )
         {
             observer.loaded(result.as_ref().map(|_| ()), started.elapsed());
         }

@@ -17,6 +17,11 @@
 //!   [`DEFAULT_MAX_PLUGIN_BYTES`]) is refused ([`LoadError::TooLarge`]) without being read; the
 //!   digest is computed streaming (see `files.rs`).
 //! - `info()` is called once per digest; its `wit_version` must have the host's major.minor.
+//! - A file that failed to load for a reason of its own (content, size, pin, WIT) is not read
+//!   nor compiled again while it and the pin stay the same, for [`FAILED_RETRY`] doubling up
+//!   to [`FAILED_RETRY_MAX`]: every caller meanwhile gets [`LoadError::Repeated`] after one
+//!   `stat`, so a broken plugin cannot keep the one-compilation lock, or the CPU, busy
+//!   (`tests::a_broken_file_is_not_compiled_again_until_it_changes`).
 //!
 //! # Changes
 //!
@@ -56,6 +61,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
 
 use tokio::sync::broadcast;
 
@@ -82,7 +88,14 @@ pub struct RegistryStats {
     pub disk_hits: u64,
     /// Loads answered by an already-loaded digest.
     pub digest_hits: u64,
+    /// Loads answered by a remembered failure ([`LoadError::Repeated`]).
+    pub repeated_failures: u64,
 }
+
+/// How long a file that failed to load is not tried again, unless it changes.
+pub const FAILED_RETRY: Duration = Duration::from_secs(30);
+/// The longest such wait, after repeated failures of the same file.
+pub const FAILED_RETRY_MAX: Duration = Duration::from_secs(600);
 
 #[derive(Debug, Clone)]
 pub struct RegistryConfig {
@@ -113,6 +126,7 @@ struct Inner {
     compiled: AtomicU64,
     disk_hits: AtomicU64,
     digest_hits: AtomicU64,
+    repeated_failures: AtomicU64,
     max_plugin_bytes: AtomicU64,
     observer: OnceLock<Arc<dyn LoadObserver>>,
     compiler: OnceLock<Compiler>,
@@ -131,6 +145,20 @@ enum Served {
 struct Tables {
     by_digest: HashMap<String, Arc<Plugin>>,
     by_path: HashMap<PathBuf, Loaded>,
+    /// The last failure of each path that failed for a reason of the file's own.
+    failed: HashMap<PathBuf, Failed>,
+}
+
+#[derive(Debug)]
+struct Failed {
+    stamp: FileStamp,
+    pin: Option<String>,
+    /// The failure as it was said, and whether it was a digest mismatch.
+    cause: String,
+    mismatch: bool,
+    /// Failures in a row of this path, for the doubling wait.
+    times: u32,
+    retry_at: tokio::time::Instant,
 }
 
 #[derive(Debug)]
@@ -164,6 +192,7 @@ impl PluginRegistry {
                 compiled: AtomicU64::new(0),
                 disk_hits: AtomicU64::new(0),
                 digest_hits: AtomicU64::new(0),
+                repeated_failures: AtomicU64::new(0),
                 max_plugin_bytes: AtomicU64::new(DEFAULT_MAX_PLUGIN_BYTES),
                 observer: OnceLock::new(),
                 compiler: OnceLock::new(),
@@ -209,6 +238,7 @@ impl PluginRegistry {
             compiled: i.compiled.load(Ordering::Relaxed),
             disk_hits: i.disk_hits.load(Ordering::Relaxed),
             digest_hits: i.digest_hits.load(Ordering::Relaxed),
+            repeated_failures: i.repeated_failures.load(Ordering::Relaxed),
         }
     }
 
@@ -220,5 +250,65 @@ impl PluginRegistry {
 
     fn tables(&self) -> MutexGuard<'_, Tables> {
         self.inner.tables.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::EngineConfig;
+
+    fn registry(dir: &Path) -> PluginRegistry {
+        let engine = PluginEngine::new(&EngineConfig::default()).unwrap();
+        let config = RegistryConfig {
+            plugin_dir: dir.to_path_buf(),
+            cache_dir: None,
+            info_limits: CallLimits::default(),
+        };
+        PluginRegistry::new(engine, config).unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_broken_file_is_not_compiled_again_until_it_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("bad.wasm"), b"not a component").unwrap();
+        let registry = registry(dir.path());
+
+        let first = registry.load("bad.wasm", None).await.unwrap_err();
+        assert!(matches!(first, LoadError::Compile { .. }), "{first:?}");
+        let again = registry.load("bad.wasm", None).await.unwrap_err();
+        assert!(
+            matches!(&again, LoadError::Repeated { retry_in, .. } if *retry_in <= FAILED_RETRY),
+            "{again:?}"
+        );
+        assert!(again.is_invalid_plugin());
+        assert_eq!(registry.stats().repeated_failures, 1);
+
+        // Another pin is another question: asked at once (and remembered as a mismatch).
+        let pin = "0".repeat(64);
+        let pinned = registry.load("bad.wasm", Some(&pin)).await.unwrap_err();
+        assert!(
+            matches!(pinned, LoadError::DigestMismatch { .. }),
+            "{pinned:?}"
+        );
+        let pinned = registry.load("bad.wasm", Some(&pin)).await.unwrap_err();
+        assert!(pinned.is_digest_mismatch(), "{pinned:?}");
+        assert_eq!(registry.stats().repeated_failures, 2);
+
+        // A changed file is tried at once.
+        std::fs::write(dir.path().join("bad.wasm"), b"still not a component").unwrap();
+        let changed = registry.load("bad.wasm", None).await.unwrap_err();
+        assert!(matches!(changed, LoadError::Compile { .. }), "{changed:?}");
+
+        // And an unchanged one once the wait is over (it doubled with each failure in a row).
+        tokio::time::advance(FAILED_RETRY_MAX).await;
+        let retried = registry.load("bad.wasm", None).await.unwrap_err();
+        assert!(matches!(retried, LoadError::Compile { .. }), "{retried:?}");
+        let again = registry.load("bad.wasm", None).await.unwrap_err();
+        assert!(
+            matches!(&again, LoadError::Repeated { retry_in, .. } if *retry_in > FAILED_RETRY),
+            "{again:?}"
+        );
+        assert_eq!(registry.stats().compiled, 0);
     }
 }

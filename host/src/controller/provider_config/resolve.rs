@@ -72,10 +72,9 @@ impl ResolveError {
             ResolveError::SecretNotUtf8 { .. } => "InvalidSecret",
             ResolveError::AllowedHosts(_) => "InvalidAllowedHosts",
             ResolveError::Credentials { .. } => "InvalidCredentials",
-            ResolveError::Plugin {
-                source: LoadError::DigestMismatch { .. },
-                ..
-            } => "PluginDigestMismatch",
+            ResolveError::Plugin { source, .. } if source.is_digest_mismatch() => {
+                "PluginDigestMismatch"
+            }
             ResolveError::Plugin { .. } => "PluginNotLoaded",
         }
     }
