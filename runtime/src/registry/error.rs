@@ -57,9 +57,9 @@ pub enum LoadError {
     },
     /// The same file (and pin) failed to load before, for a reason of its own: it is not read
     /// nor compiled again until it changes or `retry_in` has passed.
-    #[error(
-        "plugin {path} failed to load and is not tried again for {retry_in:?} unless it changes: {cause}"
-    )]
+    /// It reads as the failure did, so that a condition or Event built from it does not change
+    /// with each reconcile.
+    #[error("{cause}")]
     Repeated {
         path: PathBuf,
         retry_in: Duration,
