@@ -299,6 +299,11 @@ pub struct AppliedSpec {
     /// `spec.parameters` as applied, as the text handed to the provider.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub parameters: BTreeMap<String, String>,
+    /// An `update` was asked and its outcome is not recorded yet (it is asked again): the
+    /// machine may have the size above or the one the spec asks. The parameters applied at
+    /// launch only stay those above, so a change of one is still refused meanwhile.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pending: bool,
 }
 
 /// Lifecycle phase of the external machine.

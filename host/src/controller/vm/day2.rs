@@ -192,12 +192,15 @@ impl<E: Effects> Run<'_, E> {
         if std::mem::replace(&mut self.done.update, true) {
             return self.settling(machine).await;
         }
-        // Forget what was applied before asking: if the answer or the next write is lost, the
-        // next reconcile does not trust a size the machine may no longer have, and asks again
-        // (`update` is idempotent). Found by the simulation: an update whose record was lost,
-        // then the spec reverted, left the machine at the size asked in between.
-        if self.status.applied.is_some() {
-            self.status.applied = None;
+        // Mark what was applied as pending before asking: if the answer or the next write is
+        // lost, the next reconcile does not trust a size the machine may no longer have, and
+        // asks again (`update` is idempotent). Found by the simulation: an update whose record
+        // was lost, then the spec reverted, left the machine at the size asked in between. The
+        // record is kept, not dropped: its launch-only parameters still guard against a change
+        // of one while the update waits (a restart, under `Manual`).
+        if let Some(applied) = self.status.applied.as_mut().filter(|a| !a.pending) {
+            applied.pending = true;
+            facts.day2.applied = Some(applied.clone());
             self.fx.write_status(self.status).await?;
         }
         match self.fx.update(&machine.id).await? {

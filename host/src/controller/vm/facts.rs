@@ -118,6 +118,7 @@ impl Facts {
             cpu: spec.cpu,
             memory_mib: spec.memory_mib,
             parameters: spec.parameters.clone(),
+            pending: false,
         };
         self.day2.capabilities = Capabilities::of(info);
         self.day2.launch_only = info

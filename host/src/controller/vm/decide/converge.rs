@@ -74,7 +74,8 @@ pub(super) fn without_id(facts: &Facts, seen: &Observed) -> Option<Step> {
 }
 
 /// Whether the machine was last made to match something other than the spec asks (an unknown
-/// `applied` counts only when the plugin can `update`: one call tells).
+/// `applied` counts only when the plugin can `update`: one call tells; a pending one always
+/// counts).
 pub fn stale(facts: &Facts) -> bool {
     let day2 = &facts.day2;
     match &day2.applied {

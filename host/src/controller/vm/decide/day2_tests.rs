@@ -12,7 +12,7 @@ fn size(memory_mib: u64) -> AppliedSpec {
     AppliedSpec {
         cpu: 1,
         memory_mib,
-        parameters: Default::default(),
+        ..AppliedSpec::default()
     }
 }
 

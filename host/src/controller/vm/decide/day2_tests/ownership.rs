@@ -166,6 +166,27 @@ fn a_launch_only_parameter_change_is_refused_before_any_call() {
             Action::LaunchOnly(_)
         ));
     }
+    // While an update waits (its outcome not recorded, or a restart under Manual), the record
+    // of what the machine was launched with still guards.
+    let waiting = with(|d| {
+        d.launch_only = ["subnetId".to_owned()].into();
+        d.applied = Some(AppliedSpec {
+            pending: true,
+            ..with_subnet(Some("subnet-a"))
+        });
+        d.desired = AppliedSpec {
+            memory_mib: 1024,
+            ..with_subnet(Some("subnet-b"))
+        };
+        d.restart_required = true;
+    });
+    assert!(
+        matches!(
+            act(&waiting, Some(machine(Phase::Running)), None).0,
+            Action::LaunchOnly(_)
+        ),
+        "a pending update does not open the guard"
+    );
     // Reverted: nothing to refuse, nothing to update.
     let reverted = with(|d| {
         d.launch_only = ["subnetId".to_owned()].into();
