@@ -6,10 +6,15 @@
 //! - Every value of at least [`MIN_REDACTED_LEN`] bytes is replaced wherever it occurs, longer
 //!   values first, so a value that contains another is replaced whole
 //!   (`redact::tests::longest_value_wins`).
-//! - The plugin runtime applies it to `log` lines, captured stdout/stderr and to everything a
-//!   call returns, answer and error (`redaction::echoed_secrets_reach_no_log_line_and_no_status`,
+//! - The plugin runtime applies it to `log` lines, captured stdout/stderr and to the text of
+//!   everything a call returns, answer and error (`redaction::echoed_secrets_reach_no_log_line_and_no_status`,
 //!   `redaction::echoed_secret_in_an_error_reaches_no_log_line`,
 //!   `exfiltrate::the_redactor_removes_an_echoed_secret_from_the_error`).
+//! - Identity is never rewritten: a machine's `id`, its `owner` mark and a `location` are
+//!   passed as the plugin said them (`redact::tests::identity_is_never_rewritten`). A rewritten
+//!   id would have deletion ask for a machine that does not exist, so the VM's finalizer would
+//!   stick or, with `consistent-get`, the machine would leak; two accounts whose ids are Secret
+//!   values would share one rewritten location, defeating the location guard.
 //!
 //! # Caveats
 //!
@@ -17,9 +22,9 @@
 //!   credential, and replacing them would garble every message (a Secret holding `us` would
 //!   redact every `us`).
 //! - Only the literal value is found. A plugin that holds a secret (`passthrough` mode) and
-//!   wants to leak it can encode it first; redaction protects against accidents, not against a
-//!   hostile plugin that was handed the secret. Under host-side signing the plugin never holds
-//!   one.
+//!   wants to leak it can encode it first, or put it in an identity field; redaction protects
+//!   against accidents, not against a hostile plugin that was handed the secret. Under
+//!   host-side signing the plugin never holds one.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -112,17 +117,16 @@ impl Redactor {
         }
     }
 
-    /// Every string of a status the plugin reported.
+    /// The text of a status the plugin reported (its message and addresses); its identity
+    /// (`id`, `owner`) as it is (see the module docs).
     pub fn status(&self, status: VmStatus) -> VmStatus {
         VmStatus {
-            id: self.string(status.id),
             addresses: status
                 .addresses
                 .into_iter()
                 .map(|a| self.string(a))
                 .collect(),
             message: status.message.map(|m| self.string(m)),
-            owner: status.owner.map(|o| self.string(o)),
             ..status
         }
     }
@@ -156,7 +160,7 @@ mod tests {
     }
 
     #[test]
-    fn errors_and_statuses_are_redacted_in_every_field() {
+    fn errors_and_the_text_of_statuses_are_redacted() {
         let r = Redactor::new(["TOKEN123"]);
         let e = r.provider_error(ProviderError::RateLimited {
             retry_after: std::time::Duration::from_secs(1),
@@ -170,11 +174,24 @@ mod tests {
             message: Some("TOKEN123".into()),
             owner: Some("uid-TOKEN123".into()),
         });
-        assert_eq!(s.id, "i-[redacted]");
-        assert_eq!(s.owner.as_deref(), Some("uid-[redacted]"));
         assert_eq!(s.addresses, vec!["[redacted].example".to_string()]);
         assert_eq!(s.message.as_deref(), Some(REDACTED));
         let debug = format!("{r:?}");
         assert!(!debug.contains("TOKEN123"), "{debug}");
+    }
+
+    #[test]
+    fn identity_is_never_rewritten() {
+        let r = Redactor::new(["123456789012"]);
+        let s = r.status(VmStatus {
+            id: "vm-123456789012-1".into(),
+            phase: crate::Phase::Running,
+            addresses: Vec::new(),
+            message: Some("in account 123456789012".into()),
+            owner: Some("uid-123456789012".into()),
+        });
+        assert_eq!(s.id, "vm-123456789012-1");
+        assert_eq!(s.owner.as_deref(), Some("uid-123456789012"));
+        assert_eq!(s.message.as_deref(), Some("in account [redacted]"));
     }
 }

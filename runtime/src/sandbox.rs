@@ -17,8 +17,9 @@
 //!   [`CallContext::label`], bounded per call.
 //! - Every answer is checked against the WIT bounds ([`super::bounds`]) before it is returned;
 //!   one over a bound is [`CallError::ContractViolation`] and its content is dropped.
-//! - Every Secret value the host knows is replaced by `[redacted]` in the answer and in the
-//!   error before either is logged or returned (`tests/tests/redaction.rs`).
+//! - Every Secret value the host knows is replaced by `[redacted]` in the text of the answer
+//!   and of the error before either is logged or returned; identity (a machine's id and owner,
+//!   a location) is never rewritten ([`super::redact`]; `tests/tests/sandbox/redaction.rs`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
