@@ -190,13 +190,13 @@ pub(crate) async fn call_traced<E: Export>(
             });
         };
         has_slot.store(true, Ordering::Relaxed);
-        let hooks = EgressHooks {
-            policy: ctx.egress.clone(),
+        let hooks = EgressHooks::new(
+            ctx.egress.clone(),
             deadline,
-            max_response_bytes: limits.max_response_bytes,
-            label: ctx.label.clone(),
-            trace: trace.clone(),
-        };
+            limits.max_response_bytes,
+            ctx.label.clone(),
+            trace.clone(),
+        );
         let state = State::new(hooks, memory_cap, deadline, stdout.clone(), stderr.clone());
         let mut store = Store::new(engine.engine(), state);
         store.limiter(|s| &mut s.limiter);

@@ -4,7 +4,9 @@
 //! 2. resolution and the address check ([`EgressPolicy`] docs);
 //! 3. with a [`RequestSigner`](crate::signing::RequestSigner): the guest's own
 //!    credential headers are removed and the host's are added (SigV4 over the whole body, at
-//!    most [`MAX_SIGNED_BODY_BYTES`]);
+//!    most [`MAX_SIGNED_BODY_BYTES`], buffered for one request of the call at a time: the
+//!    memory budget counts one such body per instance, however many requests a plugin starts
+//!    at once; `tests::one_body_is_buffered_for_signing_per_call_at_a_time`);
 //! 4. the request is sent to a checked address ([`super::connect`]) with every timeout clamped
 //!    to what is left of the call, and the response body is bounded.
 //!
@@ -14,12 +16,14 @@
 
 use std::fmt;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{BodyExt, Full, Limited};
+use tokio::sync::Semaphore;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
 
 use super::EgressPolicy;
@@ -41,6 +45,28 @@ pub(crate) struct EgressHooks {
     pub label: String,
     /// Whether a request may have reached a server (read by the sandbox after the call).
     pub trace: NetTrace,
+    /// One permit: held from buffering a request body for signing until that request is sent.
+    pub signing: Arc<Semaphore>,
+}
+
+impl EgressHooks {
+    /// The hooks of one call (one request body buffered for signing at a time).
+    pub(crate) fn new(
+        policy: EgressPolicy,
+        deadline: Instant,
+        max_response_bytes: u64,
+        label: String,
+        trace: NetTrace,
+    ) -> Self {
+        EgressHooks {
+            policy,
+            deadline,
+            max_response_bytes,
+            label,
+            trace,
+            signing: Arc::new(Semaphore::new(1)),
+        }
+    }
 }
 
 impl fmt::Debug for EgressHooks {
@@ -66,6 +92,7 @@ impl WasiHttpHooks for EgressHooks {
         let options = clamp_options(options, remaining);
         let limit = self.max_response_bytes;
         let trace = self.trace.clone();
+        let signing = self.signing.clone();
         Box::new(async move {
             let uri = request.uri().clone();
             let deny = |reason: &Denial| {
@@ -81,6 +108,8 @@ impl WasiHttpHooks for EgressHooks {
             };
             let target = policy.check(&uri).map_err(|d| deny(&d))?;
             let addresses = policy.destinations(&target).await.map_err(|d| deny(&d))?;
+            // Held until the request is sent, when its buffered body is dropped.
+            let mut buffering = None;
             let request = match policy.signer() {
                 None => request,
                 Some(signer) => {
@@ -90,6 +119,9 @@ impl WasiHttpHooks for EgressHooks {
                         tracing::debug!(provider = %label, replaced, "plugin-set credential headers replaced by the host's");
                     }
                     let (bytes, body) = if signer.needs_body() {
+                        buffering = Some(signing.acquire_owned().await.map_err(|_| {
+                            HttpError::InternalError(Some("the call is ending".into()))
+                        })?);
                         let bytes = collect_body(body, remaining).await?;
                         (bytes.clone(), full(bytes))
                     } else {
@@ -108,6 +140,7 @@ impl WasiHttpHooks for EgressHooks {
                 provider: &label,
             };
             let sent = send_bounded(request, &target, &addresses, options, limit, &reuse).await;
+            drop(buffering);
             if let Err(e) = &sent {
                 trace.failed(e);
             }
@@ -231,5 +264,81 @@ mod tests {
         assert_eq!(o.connect_timeout, Some(left));
         assert_eq!(o.first_byte_timeout, Some(Duration::from_millis(10)));
         assert_eq!(o.between_bytes_timeout, Some(left));
+    }
+
+    /// A body that never ends, and says whether it was read.
+    struct Endless(Arc<std::sync::atomic::AtomicBool>);
+
+    impl Body for Endless {
+        type Data = Bytes;
+        type Error = HttpError;
+
+        fn poll_frame(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, HttpError>>> {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+            Poll::Pending
+        }
+    }
+
+    #[tokio::test]
+    async fn one_body_is_buffered_for_signing_per_call_at_a_time() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let secrets = [
+            ("access_key_id", "AKIDEXAMPLE"),
+            ("secret_access_key", "secret"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let settings = [("region".to_owned(), "us-east-1".to_owned())].into();
+        let signer = crate::signing::RequestSigner::new(
+            crate::signing::SigningMode::AwsSigV4,
+            &settings,
+            &secrets,
+        )
+        .unwrap();
+        let policy = EgressPolicy::parse(["http://127.0.0.1:9"])
+            .unwrap()
+            .allow_private_networks(true)
+            .with_signer(signer);
+        let mut hooks = EgressHooks::new(
+            policy,
+            Instant::now() + Duration::from_secs(60),
+            1 << 20,
+            "test".into(),
+            NetTrace::default(),
+        );
+        let read = [
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+        ];
+        let mut sends = Vec::new();
+        for flag in &read {
+            let body = Endless(flag.clone()).boxed_unsync();
+            let request = http::Request::post("http://127.0.0.1:9/")
+                .body(body)
+                .unwrap();
+            let io: IoFuture = Box::new(async { Ok(()) });
+            sends.push(Box::into_pin(hooks.send_request(request, None, io)));
+        }
+        // Drive both as far as they go: the first buffers its (endless) body, the second waits
+        // for it and never reads its own.
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        for send in &mut sends {
+            assert!(send.as_mut().poll(&mut cx).is_pending());
+        }
+        assert!(read[0].load(Ordering::SeqCst));
+        assert!(
+            !read[1].load(Ordering::SeqCst),
+            "a second body buffered at once"
+        );
+        drop(sends.remove(0));
+        assert!(sends[0].as_mut().poll(&mut cx).is_pending());
+        assert!(
+            read[1].load(Ordering::SeqCst),
+            "the next body is buffered once the first is done"
+        );
     }
 }
