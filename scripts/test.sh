@@ -20,8 +20,9 @@ for ws in providers tests/fixtures/guests; do
   [ -f "$ws/Cargo.toml" ] && (cd "$ws" && cargo clippy --workspace --all-targets --target wasm32-wasip2 --locked -- -D warnings)
 done
 
-say "guest unit tests (pure logic: SigV4 vectors, XML, status mapping), native"
+say "guest unit tests (pure logic: SigV4 vectors, XML, status mapping), native and Python"
 (cd providers && cargo test --workspace --locked)
+python3 -m unittest discover -s providers/python/tests
 
 say "tests (guests are built to wasm32-wasip2 by tests/build.rs)"
 log=$(mktemp)
