@@ -64,10 +64,13 @@ pub(super) fn without_id(facts: &Facts, seen: &Observed) -> Option<Step> {
         });
     }
     if day2.policy == ManagementPolicy::ObserveOnly {
-        return Some(match &seen.find {
-            None => Step::Find,
-            Some(Some(machine)) => Step::Act(Action::Observe(machine.clone())),
-            Some(None) => Step::Act(Action::NotFound { id: None }),
+        return Some(match (&seen.find, &seen.location) {
+            (None, _) => Step::Find,
+            // Recorded with where it is, like any machine, so that a moved ProviderConfig is
+            // never read as the machine gone.
+            (Some(Some(_)), None) => Step::Location,
+            (Some(Some(machine)), Some(_)) => Step::Act(Action::Observe(machine.clone())),
+            (Some(None), _) => Step::Act(Action::NotFound { id: None }),
         });
     }
     None

@@ -251,6 +251,10 @@ fn observe_only_never_writes_and_leaves_the_machine_at_deletion() {
     let (action, asked) = act(&fresh, None, None);
     assert_eq!(action, Action::NotFound { id: None });
     assert_eq!(asked, ["find"], "never created");
+    // Found by its uid: observed with where it is, so that the location is recorded.
+    let (action, asked) = act(&fresh, None, Some(machine(Phase::Running)));
+    assert_eq!(action, Action::Observe(machine(Phase::Running)));
+    assert_eq!(asked, ["find", "location"]);
     let deleting = Facts {
         deleting: true,
         ..observe
