@@ -57,6 +57,7 @@
 
 mod assignment;
 mod elector;
+mod held;
 mod partition;
 mod record;
 pub mod shards;
@@ -64,6 +65,7 @@ pub mod shards;
 use std::time::Duration;
 
 pub use elector::{LeaderElector, Leadership};
+pub use held::Holding;
 
 /// Which Lease to campaign for, as whom, and how fast.
 #[derive(Debug, Clone, PartialEq, Eq)]

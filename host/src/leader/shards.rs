@@ -34,6 +34,7 @@ use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 use tokio::sync::watch;
 
 use super::assignment::{Role, roles};
+use super::held::{Gates, Holding};
 use super::partition::fnv1a;
 pub use super::partition::{shard_of, shard_selector};
 use super::{LeaderElector, Leadership, LeaseConfig};
@@ -92,6 +93,8 @@ pub struct Shards {
     held_set: watch::Sender<BTreeSet<u32>>,
     /// The live members' [`COUNTS_ANNOTATION`]s, summed at the last retry period.
     totals: Mutex<BTreeMap<String, u32>>,
+    /// The reconciles in flight per shard, which a hand-over waits for.
+    gates: Gates,
 }
 
 impl std::fmt::Debug for Shards {
@@ -108,15 +111,48 @@ impl Shards {
         self.count
     }
 
-    /// A receiver that says `true` while this replica holds `shard`, if it holds it now and
-    /// the acquisition has been announced (the `on_acquiring` hook ran: nothing is reconciled
-    /// in the shard before the controllers learnt it changed hands).
-    pub fn holding(&self, shard: u32) -> Option<watch::Receiver<bool>> {
+    /// A hold on `shard` for one reconcile, if this replica holds it now and the acquisition
+    /// has been announced (the `on_acquiring` hook ran: nothing is reconciled in the shard
+    /// before the controllers learnt it changed hands) and no hand-over is under way.
+    pub fn holding(&self, shard: u32) -> Option<Holding> {
         if !self.held_set.borrow().contains(&shard) {
             return None;
         }
-        let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        held.get(&shard).filter(|rx| *rx.borrow()).cloned()
+        let lease = {
+            let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+            held.get(&shard).filter(|rx| *rx.borrow()).cloned()?
+        };
+        Some(Holding {
+            shard,
+            lease,
+            held: self.held_set.subscribe(),
+            _gate: self.gates.enter(shard)?,
+        })
+    }
+
+    /// Whether this replica holds `shard` (its Lease, announced).
+    fn holds(&self, shard: u32) -> bool {
+        self.held_set.borrow().contains(&shard)
+            && self
+                .held
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(&shard)
+                .is_some_and(|rx| *rx.borrow())
+    }
+
+    /// Stops reconciling `shard` and waits, at most `within`, until every reconcile of it in
+    /// flight has ended: then its Lease may be released without another replica starting
+    /// beside one of them (`tests::a_hand_over_waits_for_the_reconciles_in_flight`).
+    async fn hand_over(&self, shard: u32, within: Duration) {
+        self.mark(shard, false);
+        if !self.gates.drain(shard, within).await {
+            tracing::warn!(
+                shard,
+                ?within,
+                "reconciles of the shard still running at its hand-over"
+            );
+        }
     }
 
     /// The shards held, changing as they are acquired and lost (a loss shows no sooner than
@@ -181,8 +217,9 @@ struct Campaign {
 }
 
 impl Campaign {
-    async fn end(self, shard: u32, shards: &Shards) {
+    async fn end(self, shard: u32, shards: &Shards, within: Duration) {
         self.announcer.abort();
+        shards.hand_over(shard, within).await;
         if let Err(e) = self.leadership.release().await {
             tracing::warn!(shard, error = %e, "failed to release a shard Lease");
         }
@@ -238,7 +275,7 @@ pub async fn run(
         }
         let roles = roles(&me, config.count, &members, alive);
         for (shard, role) in (0..config.count).zip(roles) {
-            let holding = shards.holding(shard).is_some();
+            let holding = shards.holds(shard);
             let open = role.may_take();
             // Held but no longer ours (a live member ranks first): release it for that one.
             if role == Role::None || (holding && !open) {
@@ -246,7 +283,9 @@ pub async fn run(
                     if holding {
                         tracing::info!(shard, "handing shard over to the replica that ranks first");
                     }
-                    campaign.end(shard, &shards).await;
+                    campaign
+                        .end(shard, &shards, config.lease.renew_deadline)
+                        .await;
                 }
                 continue;
             }
@@ -284,7 +323,9 @@ pub async fn run(
         metrics.set_shard_members(members.len());
     }
     for (shard, campaign) in campaigns {
-        campaign.end(shard, &shards).await;
+        campaign
+            .end(shard, &shards, config.lease.renew_deadline)
+            .await;
     }
     if let Err(e) = api.delete(&member, &DeleteParams::default()).await {
         tracing::warn!(error = %e, "failed to delete the shard member Lease");
@@ -404,6 +445,7 @@ pub fn shards(count: u32) -> Arc<Shards> {
         held: Mutex::new(BTreeMap::new()),
         held_set: watch::Sender::new(BTreeSet::new()),
         totals: Mutex::new(BTreeMap::new()),
+        gates: Gates::default(),
     })
 }
 
@@ -433,5 +475,42 @@ mod tests {
             "a name that is gone changed to 0"
         );
         assert_eq!(shards.total("b"), 0);
+    }
+
+    #[tokio::test]
+    async fn a_hand_over_waits_for_the_reconciles_in_flight() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let shards = shards(2);
+        let (_lease, rx) = watch::channel(true);
+        shards
+            .held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(1, rx);
+        shards.mark(1, true);
+        let mut holding = shards.holding(1).expect("held and announced");
+        let ended = Arc::new(AtomicBool::new(false));
+        let reconcile = tokio::spawn({
+            let ended = ended.clone();
+            async move {
+                holding.lost().await;
+                // Still winding down after it was told: the hand-over must wait for this.
+                for _ in 0..10 {
+                    tokio::task::yield_now().await;
+                }
+                ended.store(true, Ordering::SeqCst);
+                drop(holding);
+            }
+        });
+        shards.hand_over(1, Duration::from_secs(30)).await;
+        assert!(
+            ended.load(Ordering::SeqCst),
+            "released while a reconcile ran"
+        );
+        assert!(
+            shards.holding(1).is_none(),
+            "no reconcile starts once handed over"
+        );
+        reconcile.await.expect("the reconcile task");
     }
 }

@@ -43,12 +43,13 @@ pub async fn while_holding(
     let Some(shards) = shards else {
         return reconcile.await;
     };
-    let Some(mut held) = shards.holding(shard(shards)) else {
+    let Some(mut holding) = shards.holding(shard(shards)) else {
         return Ok(Action::await_change());
     };
+    // The hold is dropped after the reconcile: a hand-over of the shard waits for both.
     tokio::select! {
         result = reconcile => result,
-        _ = held.wait_for(|holding| !*holding) => Ok(Action::await_change()),
+        () = holding.lost() => Ok(Action::await_change()),
     }
 }
 
