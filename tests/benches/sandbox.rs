@@ -28,6 +28,7 @@ use vmop::plugin::{
     CallContext, CallLimits, EngineConfig, Phase, PluginEngine, PluginRegistry, ProviderError,
     ProviderSettings, RegistryConfig, VmSpec, VmStatus,
 };
+use vmop_tests::fixtures::vm_spec;
 use wasmtime::component::Component;
 
 const SANDBOX_CALLS: usize = 10_000;
@@ -66,17 +67,12 @@ fn micros(d: Duration) -> f64 {
 }
 
 fn spec() -> VmSpec {
-    VmSpec {
-        name: "web".into(),
-        namespace: "default".into(),
-        uid: "6f1c2d3e-0000-4000-8000-000000000001".into(),
-        image: "ami-123".into(),
-        cpu: 2,
-        memory_mib: 2048,
-        user_data: None,
-        labels: BTreeMap::from([("app".into(), "web".into())]),
-        parameters: BTreeMap::new(),
-    }
+    vm_spec("6f1c2d3e-0000-4000-8000-000000000001")
+        .image("ami-123")
+        .cpu(2)
+        .memory_mib(2048)
+        .label("app", "web")
+        .build()
 }
 
 fn context() -> CallContext {

@@ -1,13 +1,17 @@
 //! Test support for vmop: a real control plane (etcd + kube-apiserver + kube-controller-manager
 //! built from Go modules), a real EC2 API (moto), an in-memory HTTP JSON cloud (`cloud`, the
-//! testcloud), and the guest `.wasm` files built from `providers/` and
-//! `tests/fixtures/guests/`.
+//! testcloud), the `machines` guests' loopback backend, the guest `.wasm` files built from
+//! `providers/` and `tests/fixtures/guests/`, and builders for the objects tests make
+//! (`fixtures`).
 
+pub mod alone;
 pub mod child;
 pub mod cloud;
 pub mod controlplane;
 pub mod faults;
+pub mod fixtures;
 pub mod gated;
+pub mod machines;
 pub mod moto;
 pub mod operator;
 pub mod wasm;

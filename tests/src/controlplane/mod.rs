@@ -3,8 +3,10 @@
 //! loopback with free ports in a temporary directory.
 //!
 //! One control plane per test binary ([`ControlPlane::shared`]), one namespace per test
-//! ([`create_namespace`]). Every `#[tokio::test]` has its own runtime, so the control plane
-//! keeps only paths, URLs and processes; ask it for a fresh [`kube::Client`] in each test.
+//! ([`create_namespace`]); a test that restarts the API server uses [`ControlPlane::isolated`],
+//! one that counts what the API server serves a [`ControlPlane::dedicated`] one. Every
+//! `#[tokio::test]` has its own runtime, so the control plane keeps only paths, URLs and
+//! processes; ask it for a fresh [`kube::Client`] in each test.
 //!
 //! No process outlives the test binary: children die with it (`PR_SET_PDEATHSIG`), and a
 //! non-shared control plane kills them when dropped.
@@ -23,9 +25,11 @@ mod process;
 mod tempdir;
 mod users;
 
+use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicUsize;
+use std::sync::{Mutex, Once, PoisonError};
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
@@ -92,6 +96,11 @@ impl Default for Options {
 
 static SHARED: tokio::sync::OnceCell<ControlPlane> = tokio::sync::OnceCell::const_new();
 static ISOLATED: tokio::sync::OnceCell<ControlPlane> = tokio::sync::OnceCell::const_new();
+/// [`ControlPlane::dedicated`] by name. Each cell is leaked once, so that it lives as long as the
+/// process, like the statics above.
+static DEDICATED: Mutex<BTreeMap<&'static str, &'static tokio::sync::OnceCell<ControlPlane>>> =
+    Mutex::new(BTreeMap::new());
+static STOP_DEDICATED_AT_EXIT: Once = Once::new();
 
 /// Runs at process exit, so it must not panic: nothing here does.
 extern "C" fn stop_shared() {
@@ -100,6 +109,18 @@ extern "C" fn stop_shared() {
 
 extern "C" fn stop_isolated() {
     stop_static(&ISOLATED);
+}
+
+extern "C" fn stop_dedicated() {
+    let cells: Vec<_> = DEDICATED
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .values()
+        .copied()
+        .collect();
+    for cell in cells {
+        stop_static(cell);
+    }
 }
 
 fn stop_static(cell: &tokio::sync::OnceCell<ControlPlane>) {
@@ -155,6 +176,22 @@ impl ControlPlane {
                 Ok(control_plane)
             })
             .await
+    }
+
+    /// A control plane of this binary for the tests that ask for it by `name` only, apart from
+    /// [`Self::shared`] and [`Self::isolated`]: for a test that counts what the API server
+    /// serves (`apiserver_request_total`), which other tests' work would change. Started on
+    /// first use, stopped at exit like the shared one.
+    pub async fn dedicated(name: &'static str) -> Result<&'static Self, ControlPlaneError> {
+        let cell = *DEDICATED
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(name)
+            .or_insert_with(|| {
+                STOP_DEDICATED_AT_EXIT.call_once(|| at_exit::register(stop_dedicated));
+                Box::leak(Box::new(tokio::sync::OnceCell::new()))
+            });
+        cell.get_or_try_init(Self::start).await
     }
 
     /// Starts a control plane owned by the caller; dropping it stops it and removes its files.

@@ -6,29 +6,29 @@
 //! restricted to that namespace and those ProviderConfigs, so tests of one binary can run in
 //! parallel on the shared control plane.
 
-use std::collections::BTreeMap;
 mod process;
 pub mod scrape;
 pub mod writes;
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use kube::{Client, Resource, ResourceExt};
 use vmop::api::{
-    CredentialsMode, DeletionPolicy, Limits, PluginSource, ProviderConfig, ProviderConfigRef,
-    ProviderConfigSpec, SecretRef, VirtualMachine, VirtualMachineSpec,
+    CredentialsMode, Limits, PluginSource, ProviderConfig, ProviderConfigSpec, SecretRef,
+    VirtualMachine,
 };
 
 pub use process::{Operator, OperatorArgs, ProviderCall};
 pub use scrape::Scrape;
 
 use crate::controlplane::ControlPlane;
+use crate::fixtures::{self, VirtualMachineBuilder};
 use crate::moto::{AwsCredentials, Moto};
 
 /// Generous: the machine may be busy compiling; a passing test never waits this long.
@@ -79,19 +79,29 @@ pub struct Env {
 }
 
 impl Env {
-    /// A namespace named after `prefix`, CRDs installed, moto accepting any credentials.
+    /// A namespace named after `prefix` on the binary's shared control plane, CRDs installed,
+    /// moto accepting any credentials.
     pub async fn new(prefix: &str) -> anyhow::Result<Env> {
-        Self::build(prefix, false).await
+        Self::build(ControlPlane::shared().await?, prefix, false).await
     }
 
     /// Like [`Env::new`], with moto checking SigV4 signatures against an IAM user's key
     /// ([`Env::credentials`]).
     pub async fn with_auth(prefix: &str) -> anyhow::Result<Env> {
-        Self::build(prefix, true).await
+        Self::build(ControlPlane::shared().await?, prefix, true).await
     }
 
-    async fn build(prefix: &str, auth: bool) -> anyhow::Result<Env> {
-        let control_plane = ControlPlane::shared().await?;
+    /// Like [`Env::new`], on `control_plane` ([`ControlPlane::isolated`] or
+    /// [`ControlPlane::dedicated`]) instead of the shared one.
+    pub async fn on(control_plane: &'static ControlPlane, prefix: &str) -> anyhow::Result<Env> {
+        Self::build(control_plane, prefix, false).await
+    }
+
+    async fn build(
+        control_plane: &'static ControlPlane,
+        prefix: &str,
+        auth: bool,
+    ) -> anyhow::Result<Env> {
         let (client, namespace) = control_plane.test_namespace(prefix).await?;
         install_crds(&client).await?;
         let (moto, credentials) = if auth {
@@ -215,31 +225,20 @@ impl Env {
         Ok(pc.name_any())
     }
 
-    /// A VM spec: 1 CPU, 512Mi, moto's default AMI, on `provider`.
-    pub fn vm(&self, name: &str, provider: &str) -> VirtualMachine {
-        let mut vm = VirtualMachine::new(
-            name,
-            VirtualMachineSpec {
-                provider_config_ref: ProviderConfigRef {
-                    name: provider.to_owned(),
-                },
-                image: IMAGE.to_owned(),
-                cpu: 1,
-                memory: Quantity("512Mi".to_owned()),
-                user_data: None,
-                deletion_policy: DeletionPolicy::Delete,
-                connection_config_map: None,
-                accept_location: None,
-                ..Default::default()
-            },
-        );
-        vm.metadata.namespace = Some(self.namespace.clone());
-        vm
+    /// VM `name` in the test namespace on `provider`, with the defaults of
+    /// [`fixtures::vm`](crate::fixtures::vm) (1 CPU, 512Mi, moto's default AMI): refine it, then
+    /// [`Env::create_vm`] or `build()` it.
+    pub fn vm(&self, name: &str, provider: &str) -> VirtualMachineBuilder {
+        fixtures::vm(name)
+            .namespace(&self.namespace)
+            .provider(provider)
     }
 
-    pub async fn create_vm(&self, vm: &VirtualMachine) -> anyhow::Result<VirtualMachine> {
+    /// Creates `vm` (a [`VirtualMachine`] or a builder) in the test namespace.
+    pub async fn create_vm(&self, vm: impl Into<VirtualMachine>) -> anyhow::Result<VirtualMachine> {
+        let vm = vm.into();
         self.vms()
-            .create(&PostParams::default(), vm)
+            .create(&PostParams::default(), &vm)
             .await
             .with_context(|| format!("failed to create VirtualMachine {}", vm.name_any()))
     }

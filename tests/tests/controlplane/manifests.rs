@@ -7,7 +7,6 @@
 //! helm comes from `$VMOP_HELM`, else from `tests/helm/build.sh` (built from its Go module and
 //! cached outside the repository).
 
-#[path = "manifests/support.rs"]
 mod support;
 
 use std::time::Duration;

@@ -1,24 +1,24 @@
-//! The fault matrix of issue 8 on the real parts: the control plane, moto, the real ec2
+//! The fault matrix on the real parts: the control plane, moto, the real ec2
 //! plugin and the operator as a process, with the fault proxy (`vmop_tests::faults`) between
 //! plugin and moto. Every scenario ends with 0 duplicated (a uid with more than one instance
 //! ever made), 0 leaked (a live instance after its VM is gone), 0 stuck (a VM not converged
 //! within [`CONVERGE_DEADLINE`] after healing) and prints its numbers.
 //!
-//! - [`fault_matrix`]: paths 1, 3 and 13 — lost `RunInstances` answers (held, reset),
+//! - [`fault_matrix`]: lost `RunInstances` answers (held, reset),
 //!   `InvalidInstanceID.NotFound` for new ids, HTTP 500, 503 with `Retry-After`,
 //!   `RequestLimitExceeded`, connection resets, hangs; VMs created and deleted during the
 //!   fault, then healed.
 //! - [`sigkill_at_random_points_during_churn`]: the crash after create, at random points: at
 //!   least 20 SIGKILLs of the operator during create/delete churn of 10 VMs.
-//! - [`converges_within_seconds_of_an_apiserver_restart`]: path 11 — kube-apiserver killed
-//!   and restarted (etcd keeps running) while creates are in flight, on a control plane of its
-//!   own.
+//! - [`converges_within_seconds_of_an_apiserver_restart`]: kube-apiserver killed and
+//!   restarted (etcd keeps running) while creates are in flight, on a control plane of its own.
+//! - [`a_503_retry_after_is_honoured`]: a `503` with `Retry-After` is retried no earlier than
+//!   the cloud asked.
 //!
 //! Seeds: the SIGKILL schedule is random; it prints its seed, and `VMOP_FAULTS_SEED=<seed>`
 //! replays it.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, ensure};
@@ -28,14 +28,10 @@ use kube::api::{DeleteParams, ListParams};
 use vmop::api::{Limits, VM_FINALIZER, VirtualMachine};
 use vmop_tests::controlplane::ControlPlane;
 use vmop_tests::faults::{Cut, Fault, FaultProxy, Rule};
-use vmop_tests::moto::{AwsCredentials, Moto};
-use vmop_tests::operator::{
-    DEADLINE, Env, IMAGE, Operator, OperatorArgs, PLUGIN_FILE, UID_TAG, install_crds,
-};
+use vmop_tests::moto::AwsCredentials;
+use vmop_tests::operator::{DEADLINE, Env, IMAGE, Operator, OperatorArgs, UID_TAG};
 
-fn operator_bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_vmop-operator"))
-}
+use crate::operator_bin;
 
 const GRACE_SECONDS: u32 = 2;
 /// Bounds a hung or dropped call.
@@ -150,7 +146,7 @@ async fn instances(env: &Env, uids: &[String]) -> anyhow::Result<(Vec<String>, V
 }
 
 async fn create(env: &Env, name: &str, provider: &str) -> anyhow::Result<String> {
-    let vm = env.create_vm(&env.vm(name, provider)).await?;
+    let vm = env.create_vm(env.vm(name, provider)).await?;
     vm.uid().context("created VM without uid")
 }
 
@@ -337,8 +333,9 @@ async fn run_case(env: &Env, operator: &Operator, case: &Case) -> anyhow::Result
     })
 }
 
-/// Paths 1, 3 and 13 (and the other faults of the issue's matrix), every case at once, each
-/// with its own proxy and ProviderConfig, one operator.
+/// Every case of [`cases`] at once, each with its own proxy and ProviderConfig, one operator:
+/// a fault met while VMs are created and deleted must neither duplicate nor leak a machine,
+/// nor leave a VM stuck once healed.
 #[tokio::test(flavor = "multi_thread")]
 async fn fault_matrix() -> anyhow::Result<()> {
     let env = Env::new("faults").await?;
@@ -355,7 +352,7 @@ async fn fault_matrix() -> anyhow::Result<()> {
         .collect::<anyhow::Result<Vec<Row>>>()?;
 
     eprintln!(
-        "\n== issue 8 fault matrix ({:.0} s; grace {GRACE_SECONDS} s, call timeout \
+        "\n== fault matrix ({:.0} s; grace {GRACE_SECONDS} s, call timeout \
          {CALL_TIMEOUT_SECONDS} s) ==",
         started.elapsed().as_secs_f64()
     );
@@ -525,7 +522,7 @@ async fn sigkill_at_random_points_during_churn() -> anyhow::Result<()> {
     let forwarded = |action: &str| records.iter().filter(|r| r.action == action).count();
     let mid_call = points.iter().filter(|p| p.starts_with("in ")).count();
     eprintln!(
-        "\n== issue 8: SIGKILL during churn (seed {seed}, {:.0} s) ==",
+        "\n== SIGKILL during churn (seed {seed}, {:.0} s) ==",
         started.elapsed().as_secs_f64()
     );
     eprintln!(
@@ -562,35 +559,17 @@ async fn sigkill_at_random_points_during_churn() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// An [`Env`] on the isolated control plane (its apiserver is restarted by the test).
-async fn isolated_env(prefix: &str) -> anyhow::Result<Env> {
-    let control_plane = ControlPlane::isolated().await?;
-    let (client, namespace) = control_plane.test_namespace(prefix).await?;
-    install_crds(&client).await?;
-    let plugin_dir = tempfile::tempdir()?;
-    let wasm = vmop_tests::wasm::path("vmop_provider_ec2")?;
-    std::fs::copy(wasm, plugin_dir.path().join(PLUGIN_FILE))
-        .with_context(|| format!("failed to copy {}", wasm.display()))?;
-    Ok(Env {
-        control_plane,
-        client,
-        namespace,
-        moto: Moto::start()?,
-        credentials: None,
-        plugin_dir,
-    })
-}
-
 const RESTART_VMS: usize = 30;
 const IN_FLIGHT_VMS: usize = 10;
 
-/// Path 11: kube-apiserver killed and restarted while creates are in flight (their
+/// kube-apiserver killed and restarted while creates are in flight (their
 /// `RunInstances` hang), etcd running throughout. Once it is ready again, the in-flight VMs and
 /// VMs created right after it converge about as fast as the same number of VMs on a healthy
 /// control plane (the floor, measured first in the same test).
 #[tokio::test(flavor = "multi_thread")]
 async fn converges_within_seconds_of_an_apiserver_restart() -> anyhow::Result<()> {
-    let env = isolated_env("restart").await?;
+    // On the isolated control plane: its apiserver is restarted below.
+    let env = Env::on(ControlPlane::isolated().await?, "restart").await?;
     let proxy = FaultProxy::to_port(env.moto.port())?;
     let provider = provider(&env, "aws", &proxy.endpoint()).await?;
     // Drift checks every 30 s, not every 2 s: 61 Ready VMs re-checked every 2 s would ask for
@@ -670,7 +649,7 @@ async fn converges_within_seconds_of_an_apiserver_restart() -> anyhow::Result<()
         Ok(d) => format!("{:.1} s", d.as_secs_f64()),
         Err(pending) => format!("never ({} pending)", pending.len()),
     };
-    eprintln!("\n== issue 8, path 11: kube-apiserver restarted mid-reconcile ==");
+    eprintln!("\n== kube-apiserver restarted mid-reconcile ==");
     eprintln!(
         "  {RESTART_VMS} VMs Ready on a healthy control plane (floor): {:.1} s",
         floor.as_secs_f64()
@@ -712,7 +691,7 @@ async fn converges_within_seconds_of_an_apiserver_restart() -> anyhow::Result<()
 
 const RETRY_AFTER_SECONDS: u32 = 6;
 
-/// Path 13: a `503` with `Retry-After` (no EC2 error code) is retried no earlier than the
+/// A `503` with `Retry-After` (no EC2 error code) is retried no earlier than the
 /// cloud asked. The delay is longer than the grace period and the backoff, so a retry on
 /// either would show up before it; the VM is the only one behind its proxy, so every request
 /// the proxy sees is its.

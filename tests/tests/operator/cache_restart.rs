@@ -13,15 +13,13 @@ use vmop::api::ProviderConfig;
 use vmop::plugin::{CallLimits, EngineConfig, PluginEngine, PluginRegistry, RegistryConfig};
 use vmop_tests::operator::{Env, Operator, wait_for};
 
+use crate::operator_bin;
+
 const COMPILED: &str = "plugin compiled";
 const FROM_CACHE: &str = "plugin loaded from the precompiled cache, not compiled";
 const REFUSED: &str = "failed authentication";
 const IN_CHILD: &str = r#""in_child":true"#;
 const CHILD_FALLBACK: &str = "compiling the plugin in this process instead of a child";
-
-fn operator_bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_vmop-operator"))
-}
 
 fn artifacts(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     Ok(std::fs::read_dir(dir)?

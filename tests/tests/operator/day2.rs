@@ -1,17 +1,11 @@
 //! Shared by the day-2 operator tests: moto helpers (subnets, instances made behind the
 //! operator's back, instance attributes) and VM patches.
 
-#![allow(dead_code)]
-
 use anyhow::Context as _;
 use kube::api::{Patch, PatchParams};
 use vmop::api::{PluginStatus, ProviderConfig, VirtualMachine};
 use vmop_tests::moto::Moto;
 use vmop_tests::operator::{Env, IMAGE, wait_for};
-
-pub fn operator_bin() -> &'static std::path::Path {
-    std::path::Path::new(env!("CARGO_BIN_EXE_vmop-operator"))
-}
 
 /// The text of the first `<tag>...</tag>` in `xml`.
 pub fn element(xml: &str, tag: &str) -> Option<String> {

@@ -1,19 +1,19 @@
 //! Convergence benchmark (ignored by default; one command):
 //!
 //! ```text
-//! cargo test -p vmop-tests --release --test operator_bench -- --ignored --nocapture
-//! VMOP_BENCH_VMS=500 cargo test -p vmop-tests --release --test operator_bench -- --ignored --nocapture
+//! cargo test -p vmop-tests --release --test operator operator_bench -- --ignored --nocapture
+//! VMOP_BENCH_VMS=500 cargo test -p vmop-tests --release --test operator operator_bench -- --ignored --nocapture
 //! ```
 //!
 //! N VirtualMachines (200 by default, `VMOP_BENCH_VMS`) go from create to all Ready and from
 //! delete to all gone through the operator, the EC2 plugin and moto. Writes to the API server
 //! are counted from its own `apiserver_request_total` (POST/PUT/PATCH/APPLY/DELETE, leases
-//! excluded) around each phase. The floor is a bare client in the same run doing the minimum
+//! excluded) around each phase, on a control plane no other test uses
+//! (`ControlPlane::dedicated`). The floor is a bare client in the same run doing the minimum
 //! for the same end state without an operator: create each VM, write its status once (id,
 //! Ready), delete it.
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, ensure};
@@ -23,11 +23,12 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use vmop::api::{Limits, VirtualMachine};
+use vmop_tests::controlplane::ControlPlane;
+use vmop_tests::fixtures;
 use vmop_tests::operator::Env;
+use vmop_tests::operator::writes::api_writes as writes;
 
-fn operator_bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_vmop-operator"))
-}
+use crate::operator_bin;
 
 fn env_number(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -35,9 +36,6 @@ fn env_number(name: &str, default: u64) -> u64 {
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
 }
-
-/// Write requests the API server has served so far, by resource (leases excluded).
-use vmop_tests::operator::writes::api_writes as writes;
 
 fn delta(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> BTreeMap<String, u64> {
     after
@@ -112,7 +110,7 @@ async fn convergence_benchmark() -> anyhow::Result<()> {
     let n = env_number("VMOP_BENCH_VMS", 200) as usize;
     let concurrency = env_number("VMOP_BENCH_CONCURRENCY", 32);
     let deadline = Duration::from_secs(env_number("VMOP_BENCH_DEADLINE_SECS", 1800));
-    let env = Env::new("bench").await?;
+    let env = Env::on(ControlPlane::dedicated("bench").await?, "bench").await?;
     let admin = env.client.clone();
 
     // The floor: a bare client, no operator, its own namespace.
@@ -121,8 +119,10 @@ async fn convergence_benchmark() -> anyhow::Result<()> {
     let before = writes(&admin).await?;
     let started = Instant::now();
     for i in 0..n {
-        let mut vm = env.vm(&format!("vm-{i}"), "bare");
-        vm.metadata.namespace = Some(bare_ns.clone());
+        let vm = fixtures::vm(&format!("vm-{i}"))
+            .namespace(&bare_ns)
+            .provider("bare")
+            .build();
         bare.create(&PostParams::default(), &vm).await?;
         let status = json!({ "status": {
             "id": format!("i-{i}"), "phase": "Running",
@@ -175,8 +175,7 @@ async fn convergence_benchmark() -> anyhow::Result<()> {
     let before = writes(&admin).await?;
     let started = Instant::now();
     for i in 0..n {
-        env.create_vm(&env.vm(&format!("vm-{i}"), &provider))
-            .await?;
+        env.create_vm(env.vm(&format!("vm-{i}"), &provider)).await?;
     }
     watch_until(env.vms(), deadline, |ready, _| ready.len() == n).await?;
     let create_elapsed = started.elapsed();

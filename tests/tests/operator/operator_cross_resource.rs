@@ -1,19 +1,16 @@
 //! Cross-resource behaviour: a ProviderConfig change re-reconciles only its VMs; the connection
 //! ConfigMap is rebuilt when deleted and garbage-collected with its VM.
 
-use std::path::Path;
-
 use anyhow::{Context as _, ensure};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
-use vmop::api::{ConnectionConfigMap, ProviderConfig};
+use vmop::api::ProviderConfig;
+use vmop_tests::fixtures::VirtualMachineBuilder;
 use vmop_tests::operator::{Env, wait_for};
 
-fn operator_bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_vmop-operator"))
-}
+use crate::operator_bin;
 
 #[tokio::test]
 async fn provider_config_change_reconciles_only_its_vms() -> anyhow::Result<()> {
@@ -21,8 +18,8 @@ async fn provider_config_change_reconciles_only_its_vms() -> anyhow::Result<()> 
     let a = env.standard_provider("a").await?;
     let b = env.standard_provider("b").await?;
     let operator = env.operator().start(operator_bin())?;
-    env.create_vm(&env.vm("on-a", &a)).await?;
-    env.create_vm(&env.vm("on-b", &b)).await?;
+    env.create_vm(env.vm("on-a", &a)).await?;
+    env.create_vm(env.vm("on-b", &b)).await?;
     env.wait_ready("on-a").await?;
     env.wait_ready("on-b").await?;
     for pc in [&a, &b] {
@@ -65,12 +62,9 @@ async fn provider_config_change_reconciles_only_its_vms() -> anyhow::Result<()> 
     Ok(())
 }
 
-fn connection_vm(env: &Env, name: &str, provider: &str) -> vmop::api::VirtualMachine {
-    let mut vm = env.vm(name, provider);
-    vm.spec.connection_config_map = Some(ConnectionConfigMap {
-        name: format!("{name}-connection"),
-    });
-    vm
+fn connection_vm(env: &Env, name: &str, provider: &str) -> VirtualMachineBuilder {
+    env.vm(name, provider)
+        .connection_config_map(&format!("{name}-connection"))
 }
 
 #[tokio::test]
@@ -78,8 +72,7 @@ async fn deleted_connection_config_map_is_rebuilt() -> anyhow::Result<()> {
     let env = Env::new("rebuild").await?;
     let provider = env.standard_provider("aws").await?;
     let _operator = env.operator().start(operator_bin())?;
-    env.create_vm(&connection_vm(&env, "app", &provider))
-        .await?;
+    env.create_vm(connection_vm(&env, "app", &provider)).await?;
     let id = env
         .wait_ready("app")
         .await?
@@ -114,7 +107,7 @@ async fn deleting_the_vm_garbage_collects_its_config_map() -> anyhow::Result<()>
     env.control_plane.ensure_controller_manager().await?;
     let provider = env.standard_provider("aws").await?;
     let _operator = env.operator().start(operator_bin())?;
-    env.create_vm(&connection_vm(&env, "gone", &provider))
+    env.create_vm(connection_vm(&env, "gone", &provider))
         .await?;
     env.wait_ready("gone").await?;
     let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.namespace);

@@ -1,8 +1,6 @@
 //! Day 2 on the real control plane, moto and the real ec2.wasm: per-VM parameters (checked
 //! before any call), power state, and resize (`updateStrategy: Restart` or `RestartRequired`).
 
-mod day2;
-
 use anyhow::{Context as _, ensure};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::ResourceExt;
@@ -10,7 +8,8 @@ use serde_json::json;
 use vmop::api::VmPhase;
 use vmop_tests::operator::Env;
 
-use day2::{condition, instance_field, operator_bin, patch_vm, subnet};
+use crate::day2::{self, condition, instance_field, patch_vm, subnet};
+use crate::operator_bin;
 
 #[tokio::test]
 async fn per_vm_parameters_reach_moto_and_bad_ones_are_refused_before_any_call()
@@ -40,19 +39,18 @@ async fn per_vm_parameters_reach_moto_and_bad_ones_are_refused_before_any_call()
         plugin.parameters
     );
 
-    let mut one = env.vm("one", &provider);
-    one.spec.parameters = [("subnetId".to_owned(), json!(subnet_a))].into();
-    let mut two = env.vm("two", &provider);
-    two.spec.parameters = [
-        ("subnetId".to_owned(), json!(subnet_b)),
-        ("rootVolumeSizeGiB".to_owned(), json!(12)),
-    ]
-    .into();
-    let mut unknown = env.vm("unknown", &provider);
-    unknown.spec.parameters = [("subnet".to_owned(), json!("subnet-x"))].into();
-    let mut typed = env.vm("typed", &provider);
-    typed.spec.parameters = [("rootVolumeSizeGiB".to_owned(), json!("big"))].into();
-    for vm in [&one, &two, &unknown, &typed] {
+    let one = env
+        .vm("one", &provider)
+        .parameter("subnetId", subnet_a.as_str());
+    let two = env
+        .vm("two", &provider)
+        .parameter("subnetId", subnet_b.as_str())
+        .parameter("rootVolumeSizeGiB", 12);
+    let unknown = env.vm("unknown", &provider).parameter("subnet", "subnet-x");
+    let typed = env
+        .vm("typed", &provider)
+        .parameter("rootVolumeSizeGiB", "big");
+    for vm in [one, two, unknown, typed] {
         env.create_vm(vm).await?;
     }
 
@@ -94,7 +92,7 @@ async fn power_state_stops_and_starts_and_drift_correction_keeps_it() -> anyhow:
     let env = Env::new("day2-power").await?;
     let provider = env.standard_provider("aws").await?;
     let operator = env.operator().start(operator_bin())?;
-    env.create_vm(&env.vm("pw", &provider)).await?;
+    env.create_vm(env.vm("pw", &provider)).await?;
     let vm = env.wait_ready("pw").await?;
     let id = vm.status.and_then(|s| s.id).context("no id")?;
 
@@ -160,8 +158,8 @@ async fn resize_restarts_only_under_the_restart_strategy() -> anyhow::Result<()>
     let env = Env::new("day2-resize").await?;
     let provider = env.standard_provider("aws").await?;
     let operator = env.operator().start(operator_bin())?;
-    env.create_vm(&env.vm("auto", &provider)).await?;
-    env.create_vm(&env.vm("manual", &provider)).await?;
+    env.create_vm(env.vm("auto", &provider)).await?;
+    env.create_vm(env.vm("manual", &provider)).await?;
     let mut ids = Vec::new();
     for name in ["auto", "manual"] {
         let vm = env.wait_ready(name).await?;

@@ -8,8 +8,6 @@
 //! it; an adopted machine is tagged as its VM's; one whose tag later names another uid is left
 //! alone (and left at deletion); two VMs adopting one untagged machine end with one owner.
 
-mod day2;
-
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail, ensure};
@@ -18,7 +16,8 @@ use kube::api::DeleteParams;
 use vmop::api::{DeletionPolicy, ManagementPolicy, PowerState, VirtualMachine};
 use vmop_tests::operator::{DEADLINE, Env};
 
-use day2::{condition, operator_bin, run_instance};
+use crate::day2::{condition, run_instance};
+use crate::operator_bin;
 
 const WRITES: [&str; 5] = ["create", "update", "start", "stop", "delete"];
 
@@ -30,9 +29,8 @@ async fn adopts_refuses_a_managed_machine_and_observes_without_writing() -> anyh
     let outside = run_instance(&env.moto, "t3.nano")?;
     let watched = run_instance(&env.moto, "t3.nano")?;
 
-    let mut adopted = env.vm("adopted", &provider);
-    adopted.spec.external_id = Some(outside.clone());
-    env.create_vm(&adopted).await?;
+    env.create_vm(env.vm("adopted", &provider).external_id(&outside))
+        .await?;
     let vm = env.wait_ready("adopted").await?;
     ensure!(
         vm.status.as_ref().and_then(|s| s.id.as_deref()) == Some(outside.as_str()),
@@ -51,9 +49,8 @@ async fn adopts_refuses_a_managed_machine_and_observes_without_writing() -> anyh
     env.wait_vm_event("adopted", "Adopted").await?;
 
     // Another VM naming the same machine is refused, and touches nothing.
-    let mut thief = env.vm("thief", &provider);
-    thief.spec.external_id = Some(outside.clone());
-    env.create_vm(&thief).await?;
+    env.create_vm(env.vm("thief", &provider).external_id(&outside))
+        .await?;
     let vm = env
         .wait_vm_condition("thief", "Synced", "False", Some("AdoptionConflict"))
         .await?;
@@ -75,11 +72,12 @@ async fn adopts_refuses_a_managed_machine_and_observes_without_writing() -> anyh
     ensure!(writes.is_empty(), "thief made write calls: {writes:?}");
 
     // ObserveOnly: mirrored, never powered (even though the spec asks Stopped), left at deletion.
-    let mut observer = env.vm("observer", &provider);
-    observer.spec.external_id = Some(watched.clone());
-    observer.spec.management_policy = ManagementPolicy::ObserveOnly;
-    observer.spec.power_state = PowerState::Stopped;
-    env.create_vm(&observer).await?;
+    let observer = env
+        .vm("observer", &provider)
+        .external_id(&watched)
+        .management_policy(ManagementPolicy::ObserveOnly)
+        .power_state(PowerState::Stopped);
+    env.create_vm(observer).await?;
     env.wait_ready("observer").await?;
     env.vms()
         .delete("observer", &DeleteParams::default())
@@ -156,9 +154,10 @@ async fn the_cloud_tag_outlives_its_vm_and_another_vms_machine_is_never_touched(
 
     // A machine launched by VM `first`, which then leaves the cluster (Orphan): tagged with
     // its uid, and no VirtualMachine records it any more.
-    let mut first = env.vm("first", &provider);
-    first.spec.deletion_policy = DeletionPolicy::Orphan;
-    env.create_vm(&first).await?;
+    let first = env
+        .vm("first", &provider)
+        .deletion_policy(DeletionPolicy::Orphan);
+    env.create_vm(first).await?;
     let vm = env.wait_ready("first").await?;
     let first_uid = vm.uid().context("no uid")?;
     let id = vm.status.and_then(|s| s.id).context("no id")?;
@@ -170,9 +169,8 @@ async fn the_cloud_tag_outlives_its_vm_and_another_vms_machine_is_never_touched(
     );
 
     // `second` names it: refused on the tag alone, no write, and its deletion leaves it.
-    let mut second = env.vm("second", &provider);
-    second.spec.external_id = Some(id.clone());
-    env.create_vm(&second).await?;
+    env.create_vm(env.vm("second", &provider).external_id(&id))
+        .await?;
     let vm = env
         .wait_vm_condition("second", "Synced", "False", Some("AdoptionConflict"))
         .await?;
@@ -202,9 +200,8 @@ async fn the_cloud_tag_outlives_its_vm_and_another_vms_machine_is_never_touched(
 
     // `keeper` adopts an untagged machine and claims it (the tag names keeper now) ...
     let outside = run_instance(&env.moto, "t3.nano")?;
-    let mut keeper = env.vm("keeper", &provider);
-    keeper.spec.external_id = Some(outside.clone());
-    env.create_vm(&keeper).await?;
+    env.create_vm(env.vm("keeper", &provider).external_id(&outside))
+        .await?;
     let keeper_uid = env.wait_ready("keeper").await?.uid().context("no uid")?;
     until("tagged as keeper's", async || {
         Ok(tagged(&env, &outside, &keeper_uid)?.then_some(()))
@@ -245,9 +242,8 @@ async fn two_vms_adopting_one_untagged_machine_end_with_exactly_one_owner() -> a
         .start(operator_bin())?;
     let shared = run_instance(&env.moto, "t3.nano")?;
     for name in ["left", "right"] {
-        let mut vm = env.vm(name, &provider);
-        vm.spec.external_id = Some(shared.clone());
-        env.create_vm(&vm).await?;
+        env.create_vm(env.vm(name, &provider).external_id(&shared))
+            .await?;
     }
 
     // One is in sync and owns the tag, the other is refused, whichever won.

@@ -2,19 +2,15 @@
 //! backend) is never asked to stop, start or update: the VM says why in `Synced`, on the real
 //! control plane with the real operator.
 
-#[allow(dead_code)]
-#[path = "conformance/machines.rs"]
-mod machines;
-
-mod day2;
-
 use anyhow::{Context as _, ensure};
 use kube::ResourceExt;
 use serde_json::json;
 use vmop::api::{CredentialsMode, PowerState};
+use vmop_tests::machines;
 use vmop_tests::operator::Env;
 
-use day2::{condition, operator_bin, patch_vm};
+use crate::day2::{condition, patch_vm};
+use crate::operator_bin;
 
 #[tokio::test]
 async fn missing_capabilities_are_conditions_and_never_calls() -> anyhow::Result<()> {
@@ -34,13 +30,13 @@ async fn missing_capabilities_are_conditions_and_never_calls() -> anyhow::Result
     let provider = pc.name_any();
     let operator = env.operator().start(operator_bin())?;
 
-    let mut halted = env.vm("halted", &provider);
-    halted.spec.image = machines::IMAGE.to_owned();
-    halted.spec.power_state = PowerState::Stopped;
-    env.create_vm(&halted).await?;
-    let mut resized = env.vm("resized", &provider);
-    resized.spec.image = machines::IMAGE.to_owned();
-    env.create_vm(&resized).await?;
+    let halted = env
+        .vm("halted", &provider)
+        .image(machines::IMAGE)
+        .power_state(PowerState::Stopped);
+    env.create_vm(halted).await?;
+    env.create_vm(env.vm("resized", &provider).image(machines::IMAGE))
+        .await?;
 
     let vm = env
         .wait_vm_condition("halted", "Synced", "False", Some("PowerNotSupported"))

@@ -4,15 +4,14 @@
 //! `InvalidSpec`, naming the parameter, a Warning Event), the instance untouched and
 //! `status.applied` keeping the value it was made with; reverting the spec ends it.
 
-mod day2;
-
 use anyhow::{Context as _, ensure};
 use kube::ResourceExt;
 use serde_json::json;
 use vmop::api::VirtualMachine;
 use vmop_tests::operator::Env;
 
-use day2::{condition, instance_field, operator_bin, patch_vm, subnet};
+use crate::day2::{self, condition, instance_field, patch_vm, subnet};
+use crate::operator_bin;
 
 /// `status.applied.parameters.subnetId` of `vm`.
 fn applied_subnet(vm: &VirtualMachine) -> Option<String> {
@@ -48,9 +47,10 @@ async fn a_launch_only_parameter_change_is_refused_before_any_call_and_revert_cl
         "published parameters: {parameters:?}"
     );
 
-    let mut vm = env.vm("pinned", &provider);
-    vm.spec.parameters = [("subnetId".to_owned(), json!(subnet_a))].into();
-    env.create_vm(&vm).await?;
+    let vm = env
+        .vm("pinned", &provider)
+        .parameter("subnetId", subnet_a.as_str());
+    env.create_vm(vm).await?;
     let ready = env.wait_ready("pinned").await?;
     let id = ready
         .status

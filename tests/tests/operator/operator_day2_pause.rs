@@ -3,14 +3,13 @@
 //! `vmop.dev/reconcile-requested-at` is echoed in status; `vmop.dev/poll-interval` re-checks a
 //! settled machine sooner than the resync period.
 
-mod day2;
-
 use anyhow::{Context as _, ensure};
 use serde_json::json;
 use vmop::api::VmPhase;
 use vmop_tests::operator::{Env, Scrape};
 
-use day2::{condition, operator_bin, patch_vm};
+use crate::day2::{condition, patch_vm};
+use crate::operator_bin;
 
 fn calls(m: &Scrape, provider: &str) -> f64 {
     m.sum(
@@ -33,7 +32,7 @@ async fn a_paused_vm_gets_no_plugin_call_until_resumed() -> anyhow::Result<()> {
     let env = Env::new("day2-pause").await?;
     let provider = env.standard_provider("aws").await?;
     let operator = env.operator().start(operator_bin())?;
-    env.create_vm(&env.vm("p", &provider)).await?;
+    env.create_vm(env.vm("p", &provider)).await?;
     let id = env
         .wait_ready("p")
         .await?
@@ -107,9 +106,10 @@ async fn poll_interval_annotation_rechecks_sooner_than_the_resync_period() -> an
         .operator()
         .args_from(["--resync-period", "1h", "--min-poll-interval", "1s"])
         .start(operator_bin())?;
-    let mut vm = env.vm("fast", &provider);
-    vm.metadata.annotations = Some([("vmop.dev/poll-interval".to_owned(), "1s".to_owned())].into());
-    env.create_vm(&vm).await?;
+    let vm = env
+        .vm("fast", &provider)
+        .annotation("vmop.dev/poll-interval", "1s");
+    env.create_vm(vm).await?;
     let id = env
         .wait_ready("fast")
         .await?

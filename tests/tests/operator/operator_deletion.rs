@@ -1,24 +1,20 @@
 //! Deletion without a way to reach the cloud: a missing ProviderConfig keeps the finalizer and
 //! says why, so the machine is never silently orphaned; once it is back, deletion completes.
 
-use std::path::Path;
-
 use anyhow::{Context as _, ensure};
 use kube::ResourceExt;
 use kube::api::DeleteParams;
 use vmop::api::VM_FINALIZER;
 use vmop_tests::operator::Env;
 
-fn operator_bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_vmop-operator"))
-}
+use crate::operator_bin;
 
 #[tokio::test]
 async fn missing_provider_config_keeps_the_finalizer_until_it_returns() -> anyhow::Result<()> {
     let env = Env::new("blocked").await?;
     let provider = env.standard_provider("aws").await?;
     let _operator = env.operator().start(operator_bin())?;
-    env.create_vm(&env.vm("stuck", &provider)).await?;
+    env.create_vm(env.vm("stuck", &provider)).await?;
     let id = env
         .wait_ready("stuck")
         .await?
@@ -76,7 +72,7 @@ async fn missing_provider_config_keeps_the_finalizer_until_it_returns() -> anyho
     Ok(())
 }
 
-/// Issue 8, path 10: a VM whose creates all failed without reaching the cloud (the endpoint
+/// A VM whose creates all failed without reaching the cloud (the endpoint
 /// refuses connections) is deleted while the endpoint stays down: the sandbox proves no
 /// request left the host, so no machine can exist and no cloud call is needed. Before, the
 /// deletion looked the machine up by calling `create` and stayed stuck until the endpoint came
@@ -94,11 +90,11 @@ async fn a_vm_whose_creates_never_reached_the_cloud_is_deleted_while_the_endpoin
     let provider = pc.name_any();
     let operator = env.operator().start(operator_bin())?;
     // One VM made while the endpoint works: the ProviderConfig's location is known.
-    env.create_vm(&env.vm("early", &provider)).await?;
+    env.create_vm(env.vm("early", &provider)).await?;
     env.wait_ready("early").await?;
 
     drop(proxy);
-    env.create_vm(&env.vm("doomed", &provider)).await?;
+    env.create_vm(env.vm("doomed", &provider)).await?;
     operator
         .wait_calls("a failed create of doomed", |calls| {
             calls

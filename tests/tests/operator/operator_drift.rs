@@ -1,15 +1,11 @@
 //! Drift: an instance terminated behind the operator's back is noticed at the next periodic
 //! check and recreated, with an `ExternalVMLost` Event.
 
-use std::path::Path;
-
 use anyhow::{Context as _, ensure};
 use kube::ResourceExt;
 use vmop_tests::operator::Env;
 
-fn operator_bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_vmop-operator"))
-}
+use crate::operator_bin;
 
 #[tokio::test]
 async fn terminated_instance_is_recreated_with_an_event() -> anyhow::Result<()> {
@@ -19,7 +15,7 @@ async fn terminated_instance_is_recreated_with_an_event() -> anyhow::Result<()> 
         .operator()
         .args_from(["--resync-period", "2s"])
         .start(operator_bin())?;
-    let created = env.create_vm(&env.vm("drifty", &provider)).await?;
+    let created = env.create_vm(env.vm("drifty", &provider)).await?;
     let uid = created.uid().context("no uid")?;
     let first = env
         .wait_ready("drifty")
@@ -65,7 +61,7 @@ async fn phase_changes_made_outside_are_mirrored() -> anyhow::Result<()> {
         .operator()
         .args_from(["--resync-period", "2s"])
         .start(operator_bin())?;
-    env.create_vm(&env.vm("stoppable", &provider)).await?;
+    env.create_vm(env.vm("stoppable", &provider)).await?;
     let id = env
         .wait_ready("stoppable")
         .await?

@@ -1,17 +1,13 @@
 //! Errors: refused credentials surface as `Synced=False/Unauthorized` without retries until the
 //! Secret changes; an invalid spec never reaches the operator (schema and CEL rules).
 
-use std::path::Path;
-
 use anyhow::{Context as _, bail, ensure};
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 use vmop_tests::moto::AwsCredentials;
 use vmop_tests::operator::Env;
 
-fn operator_bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_vmop-operator"))
-}
+use crate::operator_bin;
 
 #[tokio::test]
 async fn refused_credentials_wait_for_a_secret_fix_without_retrying() -> anyhow::Result<()> {
@@ -33,7 +29,7 @@ async fn refused_credentials_wait_for_a_secret_fix_without_retrying() -> anyhow:
         .args_from(["--resync-period", "1s"])
         .start(operator_bin())?;
 
-    env.create_vm(&env.vm("locked", &locked.metadata.name.clone().unwrap_or_default()))
+    env.create_vm(env.vm("locked", &locked.metadata.name.clone().unwrap_or_default()))
         .await?;
     let failed = env
         .wait_vm_condition("locked", "Synced", "False", Some("Unauthorized"))
@@ -50,7 +46,7 @@ async fn refused_credentials_wait_for_a_secret_fix_without_retrying() -> anyhow:
     env.wait_vm_event("locked", "Unauthorized").await?;
 
     // While a healthy VM goes through several periodic checks, the refused one is not retried.
-    env.create_vm(&env.vm("control", &control)).await?;
+    env.create_vm(env.vm("control", &control)).await?;
     env.wait_ready("control").await?;
     operator
         .wait_calls("three periodic checks of the control VM", |calls| {
@@ -105,14 +101,12 @@ async fn invalid_specs_are_rejected_by_the_api_server_with_clear_messages() -> a
     let env = Env::new("invalid").await?;
     let post = PostParams::default();
 
-    let mut vm = env.vm("no-cpu", "aws");
-    vm.spec.cpu = 0;
+    let vm = env.vm("no-cpu", "aws").cpu(0).build();
     let message = rejection(env.vms().create(&post, &vm).await)?;
     ensure!(message.contains("spec.cpu"), "{message}");
 
     for memory in ["4GB", "-1Gi", "512Ki"] {
-        let mut vm = env.vm("bad-memory", "aws");
-        vm.spec.memory.0 = memory.to_owned();
+        let vm = env.vm("bad-memory", "aws").memory(memory).build();
         let message = rejection(env.vms().create(&post, &vm).await)?;
         ensure!(
             message.contains("memory must be a Kubernetes quantity of at least 1Mi"),
@@ -120,7 +114,7 @@ async fn invalid_specs_are_rejected_by_the_api_server_with_clear_messages() -> a
         );
     }
 
-    env.create_vm(&env.vm("fixed", "aws")).await?;
+    env.create_vm(env.vm("fixed", "aws")).await?;
     for (field, value, expected) in [
         ("image", json!("ami-other"), "image is immutable"),
         (
@@ -139,7 +133,7 @@ async fn invalid_specs_are_rejected_by_the_api_server_with_clear_messages() -> a
         ensure!(message.contains(expected), "{field}: {message}");
     }
     // What the provider does not depend on stays mutable, and cpu/memory are resized through
-    // the provider's `update` (issue 9).
+    // the provider's `update`.
     let patch =
         Patch::Merge(json!({ "spec": { "deletionPolicy": "Orphan", "cpu": 4, "memory": "8Gi" } }));
     env.vms()
@@ -187,7 +181,7 @@ async fn transient_failures_back_off_per_object_and_reset_on_success() -> anyhow
     point_at(&env, &provider, &unreachable).await?;
     let operator = env.operator().start(operator_bin())?;
 
-    env.create_vm(&env.vm("flaky", &provider)).await?;
+    env.create_vm(env.vm("flaky", &provider)).await?;
     let failing = operator
         .wait_calls("four failed creates", |calls| {
             calls

@@ -1,5 +1,5 @@
-//! Issue 8, path 1 ("lost create response, then another error class") and the crash after
-//! create, on the real parts: the plugin talks to moto through the fault proxy, which forwards
+//! A lost create response followed by another error class, and the crash after create, on
+//! the real parts: the plugin talks to moto through the fault proxy, which forwards
 //! `RunInstances` (moto makes the instance) and drops its answer, so the create is in flight
 //! with a machine the operator has not heard of; the operator is then SIGKILLed.
 //!
@@ -10,7 +10,6 @@
 //!   be asked, deletion never calls `create`, and once the cloud answers again the instance is
 //!   terminated and the finalizer released: no leak.
 
-use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{Context as _, ensure};
@@ -21,9 +20,7 @@ use vmop_tests::faults::{Cut, Fault, FaultProxy, Outcome, Rule};
 use vmop_tests::moto::AwsCredentials;
 use vmop_tests::operator::{DEADLINE, Env, OperatorArgs, UID_TAG};
 
-fn operator_bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_vmop-operator"))
-}
+use crate::operator_bin;
 
 /// Short, so absence may be believed soon after a restart; the tests never depend on it
 /// being short except for speed.
@@ -74,7 +71,7 @@ async fn crash_during_lost_create(w: &World, name: &str) -> anyhow::Result<(Stri
     w.proxy
         .set([Rule::on(&["RunInstances"], Fault::DropResponse(Cut::Hold))]);
     let mut crashing = operator(&w.env).start(operator_bin())?;
-    let created = w.env.create_vm(&w.env.vm(name, &w.provider)).await?;
+    let created = w.env.create_vm(w.env.vm(name, &w.provider)).await?;
     let uid = created.uid().context("created VM without uid")?;
     w.proxy
         .wait_records(
@@ -169,7 +166,7 @@ async fn sigkill_while_a_create_answer_is_lost_leaves_exactly_one_instance() -> 
     Ok(())
 }
 
-/// Path 1: the lost create, then the next attempts fail with `fault` (another class,
+/// The lost create, then the next attempts fail with `fault` (another class,
 /// `reason`), then the VM is deleted. Nothing may be released while the cloud cannot be asked;
 /// deletion never creates; after healing the instance is terminated and the finalizer dropped.
 async fn lost_create_then(prefix: &str, fault: Fault, reason: &str) -> anyhow::Result<()> {

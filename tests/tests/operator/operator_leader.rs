@@ -1,15 +1,11 @@
 //! Two replicas with `--leader-elect`: only the Lease holder reconciles; when it dies, the
 //! other takes over without duplicating anything.
 
-use std::path::Path;
-
 use anyhow::{Context as _, ensure};
 use kube::ResourceExt;
 use vmop_tests::operator::Env;
 
-fn operator_bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_vmop-operator"))
-}
+use crate::operator_bin;
 
 #[tokio::test]
 async fn only_the_leader_reconciles_and_a_standby_takes_over() -> anyhow::Result<()> {
@@ -21,7 +17,7 @@ async fn only_the_leader_reconciles_and_a_standby_takes_over() -> anyhow::Result
     let mut first = args.start(operator_bin())?;
     let mut second = args.start(operator_bin())?;
 
-    let one = env.create_vm(&env.vm("one", &provider)).await?;
+    let one = env.create_vm(env.vm("one", &provider)).await?;
     env.wait_ready("one").await?;
     let (leader, standby) = match (
         first.calls_for("one").is_empty(),
@@ -41,7 +37,7 @@ async fn only_the_leader_reconciles_and_a_standby_takes_over() -> anyhow::Result
 
     // The leader dies without releasing the Lease; the standby waits for it to expire.
     leader.kill().await?;
-    env.create_vm(&env.vm("two", &provider)).await?;
+    env.create_vm(env.vm("two", &provider)).await?;
     env.wait_ready("two").await?;
     ensure!(
         !standby.calls_for("two").is_empty(),

@@ -2,17 +2,13 @@
 //! through the real EC2 plugin → Ready; `kubectl get` columns; deletion terminates the instance;
 //! the operator's `/metrics` counts the reconciles, plugin calls and loads, and VMs per phase.
 
-use std::path::Path;
-
 use anyhow::{Context as _, ensure};
 use kube::api::{ApiResource, DeleteParams, DynamicObject, PostParams};
 use kube::{Api, ResourceExt};
-use vmop::api::{ConnectionConfigMap, DeletionPolicy, ProviderConfig, VmPhase};
+use vmop::api::{DeletionPolicy, ProviderConfig, VmPhase};
 use vmop_tests::operator::{Env, Scrape, wait_for};
 
-fn operator_bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_vmop-operator"))
-}
+use crate::operator_bin;
 
 #[tokio::test]
 async fn vm_becomes_ready_shows_columns_and_deletion_terminates_the_instance() -> anyhow::Result<()>
@@ -38,11 +34,10 @@ async fn vm_becomes_ready_shows_columns_and_deletion_terminates_the_instance() -
         )
     };
 
-    let mut vm = env.vm("web", &provider);
-    vm.spec.connection_config_map = Some(ConnectionConfigMap {
-        name: "web-connection".into(),
-    });
-    let created = env.create_vm(&vm).await?;
+    let vm = env
+        .vm("web", &provider)
+        .connection_config_map("web-connection");
+    let created = env.create_vm(vm).await?;
     let uid = created.uid().context("created VM without uid")?;
 
     let ready = env.wait_ready("web").await?;
@@ -195,9 +190,10 @@ async fn orphan_policy_leaves_the_instance_running() -> anyhow::Result<()> {
     let provider = env.standard_provider("aws").await?;
     let _operator = env.operator().start(operator_bin())?;
 
-    let mut vm = env.vm("keep", &provider);
-    vm.spec.deletion_policy = DeletionPolicy::Orphan;
-    env.create_vm(&vm).await?;
+    let vm = env
+        .vm("keep", &provider)
+        .deletion_policy(DeletionPolicy::Orphan);
+    env.create_vm(vm).await?;
     let ready = env.wait_ready("keep").await?;
     let id = ready.status.and_then(|s| s.id).context("no id")?;
 
@@ -225,7 +221,7 @@ async fn the_operators_writes_keep_kubectls_last_applied_copy() -> anyhow::Resul
     let provider = env.standard_provider("aws").await?;
     let _operator = env.operator().start(operator_bin())?;
 
-    let mut vm = env.vm("applied", &provider);
+    let mut vm = env.vm("applied", &provider).build();
     let copy = serde_json::to_string(&vm)?;
     vm.metadata
         .annotations
@@ -315,7 +311,7 @@ async fn kubectl_explain_describes_the_fields() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Issue 8, path 12: a VM with the longest name Kubernetes allows (253 characters) gets its
+/// A VM with the longest name Kubernetes allows (253 characters) gets its
 /// Events (kube's Recorder made names over 253 characters, so none could be written). The
 /// Event is the Warning of a ProviderConfig that does not exist: a routine create writes none.
 #[tokio::test]
@@ -324,6 +320,6 @@ async fn long_names_get_events() -> anyhow::Result<()> {
     let _operator = env.operator().start(operator_bin())?;
     let name = format!("l{}g", "o".repeat(251));
     ensure!(name.len() == 253);
-    env.create_vm(&env.vm(&name, "no-such-provider")).await?;
+    env.create_vm(env.vm(&name, "no-such-provider")).await?;
     env.wait_vm_event(&name, "ProviderConfigNotFound").await
 }

@@ -1,11 +1,9 @@
-//! Issue 8, path 2: a ProviderConfig moved to another place (here its endpoint, to a second
+//! A ProviderConfig moved to another place (here its endpoint, to a second
 //! moto) makes every `get` answer "not found". That is never read as "the machine is lost":
 //! the VM shows `Synced=False`, reason `LocationChanged`, with an Event, and no machine is made
 //! at the new place while the old one is untouched; reverting the ProviderConfig makes it
 //! Synced again; `spec.acceptLocation` set to the new location makes one machine there and
 //! leaves the old one alone, also when the VM is deleted.
-
-use std::path::Path;
 
 use anyhow::{Context as _, ensure};
 use k8s_openapi::jiff::Timestamp;
@@ -16,9 +14,7 @@ use vmop::api::{Limits, VirtualMachine};
 use vmop_tests::moto::{AwsCredentials, Moto};
 use vmop_tests::operator::{Env, UID_TAG};
 
-fn operator_bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_vmop-operator"))
-}
+use crate::operator_bin;
 
 const GRACE_SECONDS: u32 = 2;
 
@@ -98,7 +94,7 @@ async fn a_moved_provider_config_is_never_read_as_a_lost_machine() -> anyhow::Re
         .args_from(["--permanent-retry-base", "1s"])
         .start(operator_bin())?;
 
-    let created = env.create_vm(&env.vm("web", &provider)).await?;
+    let created = env.create_vm(env.vm("web", &provider)).await?;
     let uid = created.uid().context("created VM without uid")?;
     let ready = env.wait_ready("web").await?;
     let status = ready.status.clone().context("Ready without status")?;

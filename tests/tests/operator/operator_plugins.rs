@@ -1,8 +1,6 @@
 //! The plugin file as the operator sees it: a change to it re-enqueues the ProviderConfigs and
 //! VMs using it; a sha256 pin that does not match means no calls and a clear condition.
 
-use std::path::Path;
-
 use anyhow::{Context as _, ensure};
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
@@ -10,9 +8,7 @@ use sha2::{Digest, Sha256};
 use vmop::api::ProviderConfig;
 use vmop_tests::operator::{Env, PLUGIN_FILE, wait_for};
 
-fn operator_bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_vmop-operator"))
-}
+use crate::operator_bin;
 
 /// Replaces the plugin file atomically (a new inode, as a volume update does).
 fn replace_plugin(env: &Env, contents: &[u8]) -> anyhow::Result<()> {
@@ -52,7 +48,7 @@ async fn plugin_file_change_reenqueues_its_vms() -> anyhow::Result<()> {
         .operator()
         .args_from(["--plugin-poll-interval", "1s"])
         .start(operator_bin())?;
-    env.create_vm(&env.vm("watched", &provider)).await?;
+    env.create_vm(env.vm("watched", &provider)).await?;
     env.wait_ready("watched").await?;
     let good = std::fs::read(env.plugin_dir.path().join(PLUGIN_FILE))?;
 
@@ -85,7 +81,7 @@ async fn pin_mismatch_blocks_every_call_until_fixed() -> anyhow::Result<()> {
         .await?;
     let operator = env.operator().start(operator_bin())?;
 
-    env.create_vm(&env.vm("pinned", &provider)).await?;
+    env.create_vm(env.vm("pinned", &provider)).await?;
     let blocked = env
         .wait_vm_condition("pinned", "Synced", "False", Some("PluginDigestMismatch"))
         .await?;

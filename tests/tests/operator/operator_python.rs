@@ -3,7 +3,6 @@
 //! terminates the instance in moto; and 64 of its calls are in flight at once, all answered,
 //! with the operator's default engine (`--max-plugin-instances 64`).
 
-use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context as _, ensure};
@@ -20,14 +19,12 @@ use vmop::plugin::{
 use vmop_tests::moto::{AwsCredentials, Moto};
 use vmop_tests::operator::Env;
 
+use crate::operator_bin;
+
 const PYTHON_PLUGIN: &str = "ec2-py.wasm";
 const GUEST: &str = "vmop_provider_ec2_py";
 /// The operator's default `--max-plugin-instances`.
 const IN_FLIGHT: usize = 64;
-
-fn operator_bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_vmop-operator"))
-}
 
 #[tokio::test]
 async fn python_provider_vm_becomes_ready_and_deletion_terminates_it() -> anyhow::Result<()> {
@@ -49,7 +46,7 @@ async fn python_provider_vm_becomes_ready_and_deletion_terminates_it() -> anyhow
     let provider = pc.name_any();
     let _operator = env.operator().start(operator_bin())?;
 
-    let created = env.create_vm(&env.vm("py-web", &provider)).await?;
+    let created = env.create_vm(env.vm("py-web", &provider)).await?;
     let uid = created.uid().context("created VM without uid")?;
     let ready = env.wait_ready("py-web").await?;
     let status = ready.status.context("Ready VM without status")?;

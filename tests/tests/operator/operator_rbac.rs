@@ -12,12 +12,9 @@ use k8s_openapi::api::rbac::v1::{
 use kube::Api;
 use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use serde::Deserialize;
-use vmop::api::ConnectionConfigMap;
 use vmop_tests::operator::{Env, wait_for};
 
-fn operator_bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_vmop-operator"))
-}
+use crate::operator_bin;
 
 /// The first document of `kind` in a multi-document manifest of `deploy/`.
 fn manifest<T: serde::de::DeserializeOwned>(file: &str, kind: &str) -> anyhow::Result<T> {
@@ -114,11 +111,10 @@ async fn operator_works_with_the_shipped_rbac_only() -> anyhow::Result<()> {
     args.kubeconfig = env.control_plane.user_kubeconfig(&name, &[])?;
     let operator = args.start(operator_bin())?;
 
-    let mut vm = env.vm("least", &provider);
-    vm.spec.connection_config_map = Some(ConnectionConfigMap {
-        name: "least-connection".to_owned(),
-    });
-    env.create_vm(&vm).await?;
+    let vm = env
+        .vm("least", &provider)
+        .connection_config_map("least-connection");
+    env.create_vm(vm).await?;
     let id = env
         .wait_ready("least")
         .await
@@ -130,7 +126,7 @@ async fn operator_works_with_the_shipped_rbac_only() -> anyhow::Result<()> {
         Api::namespaced(env.client.clone(), &env.namespace);
     wait_for(cms, "least-connection", "created", |cm| cm.is_some()).await?;
     // Events too (a routine create writes none; a VM without its ProviderConfig does).
-    env.create_vm(&env.vm("orphan", "no-such-provider")).await?;
+    env.create_vm(env.vm("orphan", "no-such-provider")).await?;
     env.wait_vm_event("orphan", "ProviderConfigNotFound")
         .await?;
     let lease = Api::<Lease>::namespaced(env.client.clone(), &env.namespace)

@@ -1,10 +1,9 @@
-//! Issue 10, redaction end to end: a plugin that echoes the Secret's value in a log line, on
+//! Redaction end to end: a plugin that echoes the Secret's value in a log line, on
 //! stdout and stderr, in a status message and in an error (the `exfiltrate` guest, mode `echo`,
 //! under `credentials: passthrough`, the only mode that hands it the value) leaves it nowhere
 //! the operator publishes: its log, the Events, the VMs' status, `/metrics`.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use anyhow::ensure;
 use k8s_openapi::api::core::v1::Secret;
@@ -14,9 +13,7 @@ use kube::api::{Api, ObjectMeta, PostParams};
 use vmop::api::CredentialsMode;
 use vmop_tests::operator::{Env, scrape::scrape};
 
-fn operator_bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_vmop-operator"))
-}
+use crate::operator_bin;
 
 const SECRET: &str = "s3cr3t-value-the-plugin-must-not-leak";
 
@@ -55,8 +52,8 @@ async fn an_echoed_secret_appears_nowhere_the_operator_publishes() -> anyhow::Re
     }
     let operator = env.operator().start(operator_bin())?;
     let (status_pc, error_pc) = (&names[0], &names[1]);
-    env.create_vm(&env.vm("echo-status", status_pc)).await?;
-    env.create_vm(&env.vm("echo-error", error_pc)).await?;
+    env.create_vm(env.vm("echo-status", status_pc)).await?;
+    env.create_vm(env.vm("echo-error", error_pc)).await?;
     env.wait_ready("echo-status").await?;
     env.wait_vm("echo-error", "a failure recorded in Synced", |vm| {
         vm.and_then(|v| v.status.as_ref()).is_some_and(|s| {

@@ -9,7 +9,6 @@
 //! summed over the replicas' counts, is every VM once.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, ensure};
@@ -21,6 +20,8 @@ use vmop::leader::shards::shard_of;
 use vmop_tests::cloud::{self, Cloud, Config};
 use vmop_tests::operator::{Env, Operator, ProviderCall, TEST_GRACE_SECONDS};
 
+use crate::operator_bin;
+
 const REPLICAS: usize = 3;
 const VMS: usize = 300;
 const SHARDS: &str = "6";
@@ -29,10 +30,6 @@ const LEASE_DURATION: Duration = Duration::from_secs(15);
 const RETRY_PERIOD: Duration = Duration::from_secs(2);
 const DEADLINE: Duration = Duration::from_secs(240);
 const PLUGIN: &str = "testcloud.wasm";
-
-fn operator_bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_vmop-operator"))
-}
 
 async fn provider(env: &Env, cloud: &Cloud) -> anyhow::Result<String> {
     let mut pc = env.provider_config("tc", "unused");
@@ -229,10 +226,9 @@ async fn three_replicas_share_the_vms_and_take_over_a_killed_ones() -> anyhow::R
     let names: Vec<String> = (0..VMS).map(|i| format!("vm-{i}")).collect();
     for chunk in names.chunks(30) {
         try_join_all(chunk.iter().map(|name| {
-            let mut vm = env.vm(name, &provider);
-            vm.spec.image = cloud::IMAGE.to_owned();
+            let vm = env.vm(name, &provider).image(cloud::IMAGE);
             let env = &env;
-            async move { env.create_vm(&vm).await }
+            async move { env.create_vm(vm).await }
         }))
         .await?;
     }

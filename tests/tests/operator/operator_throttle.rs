@@ -1,7 +1,7 @@
-//! Issue 8, path 5 (one slow ProviderConfig stalls all) and path 4 (deletion creates), on the
-//! real parts.
+//! Rate limits and deletion on the real parts: a throttled ProviderConfig holds no worker, so
+//! it neither stalls another ProviderConfig's VMs nor starves its own VMs' multi-call
+//! reconciles; and deleting a VM whose create never succeeded calls no `create`.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, ensure};
@@ -13,9 +13,7 @@ use vmop_tests::faults::{Fault, FaultProxy, Rule};
 use vmop_tests::moto::AwsCredentials;
 use vmop_tests::operator::{Env, UID_TAG};
 
-fn operator_bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_vmop-operator"))
-}
+use crate::operator_bin;
 
 const GRACE_SECONDS: u32 = 2;
 const THROTTLED_VMS: usize = 100;
@@ -55,10 +53,11 @@ async fn create_vms(
     count: usize,
 ) -> anyhow::Result<Vec<String>> {
     let names: Vec<String> = (0..count).map(|i| format!("{prefix}-{i}")).collect();
-    try_join_all(names.iter().map(|name| async move {
-        let vm = env.vm(name, provider);
-        env.create_vm(&vm).await
-    }))
+    try_join_all(
+        names
+            .iter()
+            .map(|name| async move { env.create_vm(env.vm(name, provider)).await }),
+    )
     .await?;
     Ok(names)
 }
@@ -89,7 +88,7 @@ fn ready_count(vms: &[vmop::api::VirtualMachine], prefix: &str) -> usize {
         .count()
 }
 
-/// Path 5: a ProviderConfig limited to 1 request/s with 100 VMs due holds no worker: another
+/// A ProviderConfig limited to 1 request/s with 100 VMs due holds no worker: another
 /// ProviderConfig's 10 VMs become Ready about as fast next to it as alone.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_throttled_provider_config_does_not_delay_another() -> anyhow::Result<()> {
@@ -141,7 +140,7 @@ async fn a_throttled_provider_config_does_not_delay_another() -> anyhow::Result<
         .filter(|c| c.provider == slow)
         .count();
 
-    eprintln!("\n== issue 8, path 5: {MEASURED_VMS} VMs of an unthrottled ProviderConfig ==");
+    eprintln!("\n== {MEASURED_VMS} VMs of an unthrottled ProviderConfig ==");
     eprintln!(
         "  alone:                                       {:6.2} s",
         alone.as_secs_f64()
@@ -168,7 +167,7 @@ async fn a_throttled_provider_config_does_not_delay_another() -> anyhow::Result<
     Ok(())
 }
 
-/// Path 4: a VM whose create never succeeded is deleted without any `create` during its
+/// A VM whose create never succeeded is deleted without any `create` during its
 /// deletion. The first attempt fails transiently (HTTP 500 on `RunInstances`: it may have made
 /// a machine), and a create at deletion would now be refused for good (`InstanceLimitExceeded`):
 /// the deletion asks `find` instead, and the finalizer goes once the grace period has passed.
@@ -188,7 +187,7 @@ async fn deleting_a_vm_whose_create_never_succeeded_calls_no_create() -> anyhow:
     .await?;
     proxy.set([Rule::on(&["RunInstances"], Fault::status(500))]);
     let operator = env.operator().start(operator_bin())?;
-    let created = env.create_vm(&env.vm("never", &provider)).await?;
+    let created = env.create_vm(env.vm("never", &provider)).await?;
     let uid = created.uid().context("created VM without uid")?;
     operator
         .wait_calls("a create failed transiently", |calls| {
@@ -235,7 +234,7 @@ async fn deleting_a_vm_whose_create_never_succeeded_calls_no_create() -> anyhow:
     Ok(())
 }
 
-/// Path 5, the other side of "rate limits hold no worker": a throttled VM is requeued for its
+/// The other side of "rate limits hold no worker": a throttled VM is requeued for its
 /// token, and must still get through a reconcile that needs more than one call. On a
 /// ProviderConfig whose bucket holds one token (1 request/s, burst 1), deleting a Ready VM
 /// takes a `get` and a `delete` (and a `get` to see it go): the VM is gone within the deadline,
@@ -257,7 +256,7 @@ async fn a_vm_on_a_one_token_bucket_is_still_deleted() -> anyhow::Result<()> {
     )
     .await?;
     let operator = env.operator().start(operator_bin())?;
-    let created = env.create_vm(&env.vm("slow", &provider)).await?;
+    let created = env.create_vm(env.vm("slow", &provider)).await?;
     let uid = created.uid().context("created VM without uid")?;
     let ready = env.wait_ready("slow").await?;
     let id = ready

@@ -1,11 +1,11 @@
 //! The operator's API writes per VM lifecycle, counted, not timed: the writes a plain
 //! controller-runtime operator makes (finalizer added, status written once, finalizer removed)
 //! and no more: a routine create or delete writes no Event. Counted from the API server's own
-//! `apiserver_request_total` (this test binary has its control plane to itself), minus the
-//! test's own create and delete.
+//! `apiserver_request_total`, which counts every client's writes: the test runs on a control
+//! plane no other test uses (`ControlPlane::dedicated`), and subtracts its own create and
+//! delete.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::Duration;
 
 use anyhow::ensure;
@@ -13,18 +13,17 @@ use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
 use kube::api::{DeleteParams, ListParams};
 use vmop::api::ProviderConfig;
+use vmop_tests::controlplane::ControlPlane;
 use vmop_tests::operator::writes::{api_writes, to};
 use vmop_tests::operator::{Env, wait_for};
 
-fn operator_bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_vmop-operator"))
-}
+use crate::operator_bin;
 
 const VMS: usize = 5;
 
 #[tokio::test]
 async fn a_vm_lifecycle_costs_the_peers_writes_and_no_event() -> anyhow::Result<()> {
-    let env = Env::new("writes").await?;
+    let env = Env::on(ControlPlane::dedicated("writes").await?, "writes").await?;
     // The instant provider (the trivial guest, whose `get` answers "none" once asked to), as
     // in the peer comparison: no cloud latency, no boot phases.
     std::fs::copy(
@@ -78,8 +77,7 @@ async fn a_vm_lifecycle_costs_the_peers_writes_and_no_event() -> anyhow::Result<
 
     let before = api_writes(&env.client).await?;
     for i in 0..VMS {
-        env.create_vm(&env.vm(&format!("vm-{i}"), &provider))
-            .await?;
+        env.create_vm(env.vm(&format!("vm-{i}"), &provider)).await?;
     }
     for i in 0..VMS {
         env.wait_ready(&format!("vm-{i}")).await?;

@@ -3,20 +3,16 @@
 //! operator has converged the plan is empty and exits 0. The same for the day-2 actions
 //! (adopt, update, restart, start, stop, paused, and a refused launch-only parameter change).
 
-mod day2;
-
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use anyhow::{Context as _, ensure};
 use kube::ResourceExt;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::{Value, json};
+use vmop::api::{DeletionPolicy, PowerState, UpdateStrategy};
 use vmop_tests::operator::Env;
 
-fn operator_bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_vmop-operator"))
-}
+use crate::{day2, operator_bin};
 
 /// Runs `vmop plan -o json` for the test's namespace: exit code and action per VM.
 async fn plan(env: &Env) -> anyhow::Result<(i32, BTreeMap<String, String>)> {
@@ -94,7 +90,7 @@ async fn plan_prints_each_pending_action_and_writes_nothing() -> anyhow::Result<
     let provider = env.standard_provider("aws").await?;
     let mut operator = env.operator().start(operator_bin())?;
     for name in ["steady", "lost", "leaving"] {
-        env.create_vm(&env.vm(name, &provider)).await?;
+        env.create_vm(env.vm(name, &provider)).await?;
     }
     let mut ids = BTreeMap::new();
     for name in ["steady", "lost", "leaving"] {
@@ -104,16 +100,17 @@ async fn plan_prints_each_pending_action_and_writes_nothing() -> anyhow::Result<
     operator.kill().await?;
 
     // One of each pending action, with no operator running.
-    env.create_vm(&env.vm("new", &provider)).await?;
+    env.create_vm(env.vm("new", &provider)).await?;
     let lost = ids.get("lost").context("lost")?;
     env.moto
         .ec2("TerminateInstances", &[("InstanceId.1", lost.as_str())])?;
     env.vms()
         .delete("leaving", &DeleteParams::default())
         .await?;
-    let mut orphan = env.vm("orphaned", &provider);
-    orphan.spec.deletion_policy = vmop::api::DeletionPolicy::Orphan;
-    env.create_vm(&orphan).await?;
+    let orphan = env
+        .vm("orphaned", &provider)
+        .deletion_policy(DeletionPolicy::Orphan);
+    env.create_vm(orphan).await?;
     env.vms()
         .patch(
             "orphaned",
@@ -196,19 +193,16 @@ async fn plan_prints_day2_actions_and_writes_nothing() -> anyhow::Result<()> {
     ];
     let (subnet_a, subnet_b) = (day2::subnet(&env.moto, 31)?, day2::subnet(&env.moto, 32)?);
     for name in names {
-        let mut vm = env.vm(name, &provider);
-        if name == "pinned" {
-            vm.spec.parameters = [("subnetId".to_owned(), json!(subnet_a))].into();
-        }
-        if name == "wake" {
-            vm.spec.power_state = vmop::api::PowerState::Stopped;
-        }
-        if name == "grow" {
+        let vm = env.vm(name, &provider);
+        let vm = match name {
+            "pinned" => vm.parameter("subnetId", subnet_a.as_str()),
+            "wake" => vm.power_state(PowerState::Stopped),
             // `update` answers needs-restart (EC2 resizes stopped instances only): under
             // Restart the operator carries it out after planning `update`.
-            vm.spec.update_strategy = vmop::api::UpdateStrategy::Restart;
-        }
-        env.create_vm(&vm).await?;
+            "grow" => vm.update_strategy(UpdateStrategy::Restart),
+            _ => vm,
+        };
+        env.create_vm(vm).await?;
     }
     let mut ids = Vec::new();
     for name in names {
@@ -258,9 +252,8 @@ async fn plan_prints_day2_actions_and_writes_nothing() -> anyhow::Result<()> {
     )
     .await?;
     let outside = day2::run_instance(&env.moto, "t3.nano")?;
-    let mut adoptee = env.vm("adoptee", &provider);
-    adoptee.spec.external_id = Some(outside.clone());
-    env.create_vm(&adoptee).await?;
+    env.create_vm(env.vm("adoptee", &provider).external_id(&outside))
+        .await?;
     ids.push(outside);
 
     let machines_before = machines(&env, &ids)?;

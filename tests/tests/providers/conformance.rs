@@ -5,10 +5,6 @@
 //! broken guest on the check that names what it broke, cleaning up after every run.
 #![allow(clippy::print_stdout)] // The suite's tables and the cost table are this test's report.
 
-#[path = "conformance/machines.rs"]
-mod machines;
-mod support;
-#[path = "conformance/testcloud.rs"]
 mod testcloud;
 
 use std::collections::BTreeMap;
@@ -18,10 +14,9 @@ use std::time::Duration;
 use anyhow::{Context as _, ensure};
 use vmop::conformance::{self, CHECKS, Options, Outcome, Report};
 use vmop::plugin::{CallContext, CallLimits, EgressPolicy, ProviderSettings};
+use vmop_tests::machines::{self, Backend};
 use vmop_tests::moto::Moto;
 use vmop_tests::operator::IMAGE;
-
-use machines::Backend;
 
 fn options(
     endpoint: &str,

@@ -12,6 +12,7 @@ use vmop::plugin::{
     CallContext, CallError, CallLimits, EgressPolicy, EngineConfig, ErrorClass, Phase, Plugin,
     PluginEngine, PluginRegistry, ProviderError, ProviderSettings, RegistryConfig, VmSpec,
 };
+use vmop_tests::fixtures::vm_spec;
 use vmop_tests::moto::{AwsCredentials, Moto};
 
 const EC2_GUEST: &str = "vmop_provider_ec2";
@@ -87,18 +88,16 @@ fn any_credentials() -> AwsCredentials {
     }
 }
 
+/// A VM with everything the plugin maps to EC2: instance type, user data, tags.
 fn spec(uid: &str, image: &str) -> VmSpec {
-    VmSpec {
-        name: "web-1".to_owned(),
-        namespace: "team-a".to_owned(),
-        uid: uid.to_owned(),
-        image: image.to_owned(),
-        cpu: 2,
-        memory_mib: 4096,
-        user_data: Some("#cloud-config\n".to_owned()),
-        labels: BTreeMap::from([("app".to_owned(), "web".to_owned())]),
-        parameters: BTreeMap::new(),
-    }
+    vm_spec(uid)
+        .named("team-a", "web-1")
+        .image(image)
+        .cpu(2)
+        .memory_mib(4096)
+        .user_data("#cloud-config\n")
+        .label("app", "web")
+        .build()
 }
 
 fn provider_error(result: Result<impl std::fmt::Debug, CallError>) -> Result<ProviderError> {

@@ -3,13 +3,13 @@
 //! lifecycle that succeeds proves the host's signatures are real; a wrong secret key is refused
 //! by moto, so the plugin cannot be succeeding unsigned.
 
-mod support;
-
 use anyhow::ensure;
-use support::{context, load, spec};
 use vmop::api::CredentialsMode;
 use vmop::plugin::{CallContext, CallError, ErrorClass, Phase};
+use vmop_tests::fixtures::vm_spec;
 use vmop_tests::moto::{AwsCredentials, Moto};
+
+use crate::support::{context, load};
 
 fn signed(moto: &Moto, credentials: &AwsCredentials) -> anyhow::Result<CallContext> {
     let endpoint = moto.endpoint();
@@ -34,7 +34,7 @@ async fn lifecycle_with_host_signing_passes_motos_sigv4_checks() -> anyhow::Resu
         "the plugin must hold no key"
     );
 
-    let created = plugin.create(&ctx, &spec("signing-1")).await?;
+    let created = plugin.create(&ctx, &vm_spec("signing-1").build()).await?;
     let seen = plugin.get(&ctx, &created.id).await?;
     ensure!(
         seen.as_ref().is_some_and(|s| s.phase == Phase::Running),

@@ -1,18 +1,21 @@
 //! Contract 0.2 on real components: the output bounds of `wit/provider.wit` are enforced on
-//! every export (issue 8, path 7), a component built for 0.1 is refused naming both versions,
-//! and the new read-only exports (`find`, `location`) answer through the sandbox.
+//! every export (an answer over a bound never reaches status, Events, logs or metrics), a
+//! component built for 0.1 is refused naming both versions, and the new read-only exports
+//! (`find`, `location`) answer through the sandbox.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::ensure;
-
 use vmop::plugin::{
     CallContext, CallError, CallLimits, EgressPolicy, ErrorClass, Fault, LoadError, Phase,
     ProviderSettings, VmSpec,
 };
+use vmop_tests::fixtures::vm_spec;
 
-mod support;
+use crate::support;
+
+const UID: &str = "uid-1";
 
 fn mode(m: &str) -> CallContext {
     CallContext {
@@ -30,18 +33,9 @@ fn mode(m: &str) -> CallContext {
     }
 }
 
+/// The VM every call here is about (`find` looks for its uid).
 fn spec() -> VmSpec {
-    VmSpec {
-        name: "web".into(),
-        namespace: "ns".into(),
-        uid: "uid-1".into(),
-        image: "img".into(),
-        cpu: 1,
-        memory_mib: 512,
-        user_data: None,
-        labels: BTreeMap::new(),
-        parameters: BTreeMap::new(),
-    }
+    vm_spec(UID).build()
 }
 
 /// A violation: a plugin fault, transient (a fixed plugin is picked up on reload), reason
@@ -77,7 +71,7 @@ async fn oversized_outputs_are_contract_violations() -> anyhow::Result<()> {
         let ctx = mode(m);
         assert_violation(hostile.create(&ctx, &spec()).await, &format!("{m} create"))?;
         assert_violation(hostile.get(&ctx, "i-1").await, &format!("{m} get"))?;
-        assert_violation(hostile.find(&ctx, "uid-1").await, &format!("{m} find"))?;
+        assert_violation(hostile.find(&ctx, UID).await, &format!("{m} find"))?;
     }
     let ctx = mode("huge-message");
     assert_violation(hostile.create(&ctx, &spec()).await, "huge-message create")?;
@@ -121,7 +115,7 @@ async fn find_and_location_answer_through_the_sandbox() -> anyhow::Result<()> {
     let (_dir, trivial) = support::load("trivial").await?;
     let ctx = mode("ok");
     let created = trivial.create(&ctx, &spec()).await?;
-    let found = trivial.find(&ctx, "uid-1").await?;
+    let found = trivial.find(&ctx, UID).await?;
     assert_eq!(found.map(|f| f.id), Some(created.id));
     assert_eq!(trivial.location(&ctx).await?, "trivial");
     let info = trivial.info();

@@ -2,16 +2,15 @@
 //! `exfiltrate` guest. Names are mapped to 127.0.0.1 or 169.254.169.254 through the resolver
 //! seam (`StaticResolver`), inside this process only.
 
-mod support;
-
 use std::net::IpAddr;
 use std::sync::Arc;
 
 use anyhow::ensure;
-use support::recorder::Recorder;
-use support::{attempt, context, load};
 use vmop::api::CredentialsMode;
 use vmop::plugin::{CallContext, EgressPolicy, StaticResolver};
+
+use crate::support::recorder::Recorder;
+use crate::support::{attempt, context, load};
 
 fn ip(s: &str) -> anyhow::Result<IpAddr> {
     Ok(s.parse()?)

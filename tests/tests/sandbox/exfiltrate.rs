@@ -8,12 +8,11 @@
 //! | send its own `Authorization` / `X-Amz-*` | removed: the recorder sees only the host's |
 //! | the same under `passthrough` | the secrets, by the administrator's choice (the control case) |
 
-mod support;
-
 use anyhow::ensure;
-use support::recorder::Recorder;
-use support::{attempt, context, load};
 use vmop::api::CredentialsMode;
+
+use crate::support::recorder::Recorder;
+use crate::support::{attempt, context, load};
 
 const KEY_ID: &str = "AKIDEXFILTRATETEST01";
 const SECRET_KEY: &str = "wJalrXUtnFEMI-exfiltrate-secret-key";

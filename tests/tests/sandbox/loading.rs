@@ -165,7 +165,8 @@ async fn a_second_load_of_the_same_digest_hits_the_cache() -> anyhow::Result<()>
         RegistryStats {
             compiled: 1,
             disk_hits: 0,
-            digest_hits: 1
+            digest_hits: 1,
+            repeated_failures: 0
         }
     );
     Ok(())
@@ -185,7 +186,8 @@ async fn a_changed_file_is_noticed_on_load() -> anyhow::Result<()> {
         RegistryStats {
             compiled: 2,
             disk_hits: 0,
-            digest_hits: 1
+            digest_hits: 1,
+            repeated_failures: 0
         }
     );
     Ok(())
@@ -300,7 +302,8 @@ async fn precompiled_artifacts_are_reused_only_when_this_operator_wrote_them() -
         RegistryStats {
             compiled: 1,
             disk_hits: 0,
-            digest_hits: 0
+            digest_hits: 0,
+            repeated_failures: 0
         }
     );
     let artifacts: Vec<PathBuf> = std::fs::read_dir(cache.path())?
@@ -322,7 +325,8 @@ async fn precompiled_artifacts_are_reused_only_when_this_operator_wrote_them() -
         RegistryStats {
             compiled: 0,
             disk_hits: 1,
-            digest_hits: 0
+            digest_hits: 0,
+            repeated_failures: 0
         }
     );
 
@@ -339,7 +343,8 @@ async fn precompiled_artifacts_are_reused_only_when_this_operator_wrote_them() -
         RegistryStats {
             compiled: 1,
             disk_hits: 0,
-            digest_hits: 0
+            digest_hits: 0,
+            repeated_failures: 0
         }
     );
 
@@ -356,7 +361,8 @@ async fn precompiled_artifacts_are_reused_only_when_this_operator_wrote_them() -
         RegistryStats {
             compiled: 1,
             disk_hits: 0,
-            digest_hits: 0
+            digest_hits: 0,
+            repeated_failures: 0
         }
     );
     let fifth = registry(plugins.path(), Some(cache.path()))?;
@@ -366,7 +372,8 @@ async fn precompiled_artifacts_are_reused_only_when_this_operator_wrote_them() -
         RegistryStats {
             compiled: 0,
             disk_hits: 1,
-            digest_hits: 0
+            digest_hits: 0,
+            repeated_failures: 0
         }
     );
     Ok(())

@@ -6,14 +6,13 @@
 //! redaction applied where call results leave the plugin runtime; see the module docs of
 //! `vmop::plugin::redact`.
 
-mod support;
-
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use anyhow::ensure;
-use support::{context, load};
 use vmop::api::CredentialsMode;
+
+use crate::support::{context, load};
 
 const SECRET: &str = "tok-REDACT-ME-0123456789";
 

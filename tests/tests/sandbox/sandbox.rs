@@ -12,8 +12,9 @@ use anyhow::Context as _;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use vmop::plugin::{
     CallContext, CallError, CallLimits, EgressPolicy, EngineConfig, ErrorClass, Fault, Phase,
-    Plugin, PluginEngine, PluginRegistry, ProviderError, ProviderSettings, RegistryConfig, VmSpec,
+    Plugin, PluginEngine, PluginRegistry, ProviderError, ProviderSettings, RegistryConfig,
 };
+use vmop_tests::fixtures::vm_spec;
 
 struct Fixture {
     _dir: tempfile::TempDir,
@@ -73,23 +74,11 @@ fn mode(m: &str) -> CallContext {
     ctx(&[("mode", m)], Duration::from_secs(5))
 }
 
-fn spec(uid: &str) -> VmSpec {
-    VmSpec {
-        name: "web".into(),
-        namespace: "default".into(),
-        uid: uid.into(),
-        image: "img".into(),
-        cpu: 1,
-        memory_mib: 512,
-        user_data: None,
-        labels: BTreeMap::new(),
-        parameters: BTreeMap::new(),
-    }
-}
-
 /// The plugin still works after whatever happened before.
 async fn assert_serves_next_call(plugin: &Plugin) -> anyhow::Result<()> {
-    let status = plugin.create(&mode("ok"), &spec("after")).await?;
+    let status = plugin
+        .create(&mode("ok"), &vm_spec("after").build())
+        .await?;
     anyhow::ensure!(
         status.id == "vm-after" && status.phase == Phase::Running,
         "{status:?}"
@@ -201,7 +190,10 @@ async fn a_trapping_guest_is_a_typed_error() -> anyhow::Result<()> {
 #[tokio::test]
 async fn output_and_log_spam_is_bounded_and_harmless() -> anyhow::Result<()> {
     let f = fixture().await?;
-    let status = f.hostile.create(&mode("spam"), &spec("spam")).await?;
+    let status = f
+        .hostile
+        .create(&mode("spam"), &vm_spec("spam").build())
+        .await?;
     assert_eq!(status.id, "vm-spam");
     assert_serves_next_call(&f.hostile).await
 }
@@ -221,7 +213,13 @@ async fn hostile_calls_do_not_disturb_a_concurrent_healthy_call() -> anyhow::Res
         },
         f.hostile.get(&grow_ctx, "b"),
         f.hostile.get(&trap_ctx, "c"),
-        async { stamped(f.trivial.create(&mode("ok"), &spec("healthy")).await) },
+        async {
+            stamped(
+                f.trivial
+                    .create(&mode("ok"), &vm_spec("healthy").build())
+                    .await,
+            )
+        },
     );
     let (healthy, healthy_done) = healthy;
     let (looping, loop_done) = looping;
@@ -380,7 +378,10 @@ async fn concurrent_instances_are_bounded_and_waiting_is_a_host_fault() -> anyho
 
     let err = f
         .trivial
-        .create(&ctx(&[], Duration::from_millis(200)), &spec("waiting"))
+        .create(
+            &ctx(&[], Duration::from_millis(200)),
+            &vm_spec("waiting").build(),
+        )
         .await
         .err()
         .context("a second instance ran while the only slot was taken")?;

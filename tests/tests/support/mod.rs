@@ -1,6 +1,8 @@
-//! Shared by the security tests: a loopback HTTP recorder, a plugin registry over the test
-//! guests, and a call context built by the operator's own credentials step.
+//! Shared by the security tests (the `sandbox` binary) and the provider tests (`providers`): a
+//! loopback HTTP recorder, a plugin registry over the test guests, and a call context built by
+//! the operator's own credentials step.
 
+// Each of the two binaries uses only part of it.
 #![allow(dead_code)]
 
 pub mod recorder;
@@ -16,7 +18,7 @@ use vmop::api::{
 use vmop::controller::provider_config::apply_credentials;
 use vmop::plugin::{
     CallContext, CallLimits, EgressPolicy, EngineConfig, Plugin, PluginEngine, PluginRegistry,
-    ProviderSettings, RegistryConfig, VmSpec,
+    ProviderSettings, RegistryConfig,
 };
 
 /// `guest` (a built test guest or provider, by crate name with `_`) loaded through a registry.
@@ -83,21 +85,6 @@ pub fn context(
         },
         label: "security-test".into(),
     })
-}
-
-/// A VM spec for calls that need one.
-pub fn spec(uid: &str) -> VmSpec {
-    VmSpec {
-        name: "vm".into(),
-        namespace: "default".into(),
-        uid: uid.into(),
-        image: "ami-12c6146b".into(),
-        cpu: 1,
-        memory_mib: 512,
-        user_data: None,
-        labels: BTreeMap::new(),
-        parameters: BTreeMap::new(),
-    }
 }
 
 /// The status message of a `get`, or the error's text.

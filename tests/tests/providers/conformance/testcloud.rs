@@ -2,13 +2,13 @@
 //! twin against the loopback testcloud (`vmop_tests::cloud`): the whole conformance kit, then
 //! what the kit does not call (power, update, a throttled cloud).
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
 use vmop::conformance::Options;
 use vmop::plugin::{CallError, Phase, ProviderError, UpdateOutcome, VmSpec};
 use vmop_tests::cloud::{self, Cloud, Config};
+use vmop_tests::fixtures::vm_spec;
 
 const GUEST: &str = "vmop_provider_testcloud";
 const TOKEN: &str = "t0ken";
@@ -46,17 +46,15 @@ async fn python_testcloud_provider_passes_every_check() -> anyhow::Result<()> {
 }
 
 fn spec(cpu: u32) -> VmSpec {
-    VmSpec {
-        name: "web".into(),
-        namespace: "team-a".into(),
-        uid: "3b0c3a52-0000-4000-8000-000000000001".into(),
-        image: cloud::IMAGE.into(),
-        cpu,
-        memory_mib: 1024,
-        user_data: Some("#cloud-config\n".into()),
-        labels: BTreeMap::from([("app".into(), "web".into())]),
-        parameters: BTreeMap::from([("tags".into(), "team=a".into())]),
-    }
+    vm_spec("3b0c3a52-0000-4000-8000-000000000001")
+        .named("team-a", "web")
+        .image(cloud::IMAGE)
+        .cpu(cpu)
+        .memory_mib(1024)
+        .user_data("#cloud-config\n")
+        .label("app", "web")
+        .parameter("tags", "team=a")
+        .build()
 }
 
 /// Power and update through the sandbox: stop/start are idempotent, a resize of a running
@@ -65,7 +63,7 @@ fn spec(cpu: u32) -> VmSpec {
 async fn power_and_update_follow_the_contract() -> anyhow::Result<()> {
     let cloud = Cloud::start(Config::default().with_token(TOKEN)).await?;
     let ctx = options_for(&cloud)?.ctx;
-    let (_dir, plugin) = super::support::load(GUEST).await?;
+    let (_dir, plugin) = crate::support::load(GUEST).await?;
     let made = plugin.create(&ctx, &spec(1)).await?;
     let machine = cloud.machines().into_iter().next().context("no machine")?;
     let tag = |k: &str| machine.tags.get(k).map(String::as_str);
@@ -118,7 +116,7 @@ async fn a_throttled_cloud_is_rate_limited_with_its_delay() -> anyhow::Result<()
         cloud::IMAGE,
     )?
     .ctx;
-    let (_dir, plugin) = super::support::load(GUEST).await?;
+    let (_dir, plugin) = crate::support::load(GUEST).await?;
     ensure!(plugin.get(&ctx, "tc-1").await?.is_none());
     match plugin.get(&ctx, "tc-1").await {
         Err(CallError::Provider(ProviderError::RateLimited { retry_after, .. })) => {
