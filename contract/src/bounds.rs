@@ -5,7 +5,7 @@
 //!
 //! - A plugin answer over a bound never reaches status, Events, logs or metrics: the call fails
 //!   with the host's `CallError::ContractViolation` (a plugin fault) naming the field and the
-//!   bound, not the content (tests: `bounds::tests`, and `tests/tests/contract.rs`
+//!   bound, not the content (tests: `bounds::tests`, and `tests/tests/sandbox/contract.rs`
 //!   `oversized_outputs_are_contract_violations` on the hostile guest).
 //! - A `retry-after` longer than [`MAX_RETRY_AFTER`] is a violation too, so a plugin cannot park
 //!   a VM for years.

@@ -24,7 +24,7 @@
 //! request body, stacks, tables, resources); the process needs [`PROCESS_HEADROOM_BYTES`]
 //! besides (runtime, caches, one compilation). [`EngineConfig::memory_budget`] is the sum, and
 //! the Deployment's memory limit must be at least that for its `--max-plugin-instances`
-//! (checked by tests/tests/memory_budget.rs against deploy/ and the chart; see deploy/README.md).
+//! (checked by tests/tests/sandbox/memory_budget.rs against deploy/ and the chart; see deploy/README.md).
 //!
 //! # Epochs
 //!

@@ -27,7 +27,7 @@
 //! [`CompileError::TimedOut`]: a plugin that makes the compiler spin cannot hold the one
 //! compilation slot, and every other plugin's load behind it, for longer
 //! (`tests::a_child_past_its_deadline_is_killed`). That `vmop run`
-//! compiles in a child is checked on the real operator by `tests/tests/cache_restart.rs`.
+//! compiles in a child is checked on the real operator by `tests/tests/operator/cache_restart.rs`.
 
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};

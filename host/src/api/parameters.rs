@@ -8,7 +8,7 @@
 //! - Values are converted without loss of meaning: integers and booleans from JSON or from
 //!   their text, string lists from a JSON list of strings or a comma-separated string.
 //!
-//! Tests: `tests` here; `tests/tests/operator_day2.rs` (`per_vm_parameters_reach_moto_and_bad_ones_are_refused_before_any_call`)
+//! Tests: `tests` here; `tests/tests/operator/operator_day2.rs` (`per_vm_parameters_reach_moto_and_bad_ones_are_refused_before_any_call`)
 //! proves the host refuses before any cloud call.
 
 use std::collections::BTreeMap;

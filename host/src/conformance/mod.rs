@@ -33,7 +33,7 @@
 //!
 //! - A failing check fails the report ([`Report::passed`]) with a reason that names what was
 //!   observed; later checks still run when they do not depend on it (tests:
-//!   `tests/tests/conformance.rs`, one per broken fixture guest).
+//!   `tests/tests/providers/conformance.rs`, one per broken fixture guest).
 //! - What the run created is deleted before [`run`] returns, whatever failed: every id a
 //!   `create` answered and every machine `find` still reports for the run's uids
 //!   (`conformance.rs` `broken_guests_fail_the_named_check` counts the backend's machines

@@ -17,7 +17,7 @@
 //! - Two replicas never reconcile one VM at once: a VM is reconciled only while its shard's
 //!   elector says this process holds that shard's Lease, with the elector's guarantee (see
 //!   [`crate::leader`]); a reconcile in flight is dropped as soon as it says otherwise
-//!   (`tests/tests/operator_sharding.rs`, an overlap detector on the plugin call log).
+//!   (`tests/tests/operator/operator_sharding.rs`, an overlap detector on the plugin call log).
 //! - The shard of a VM depends on its uid and `count` only (FNV-1a, stable across builds and
 //!   replicas): every replica agrees on it (`partition::tests::shard_is_stable`).
 //! - Membership only decides who *campaigns*; safety never rests on it, so a wrong view of

@@ -9,7 +9,7 @@
 //! prometheus-client appends `_total` to counters itself and the unit to metrics registered with
 //! one: `controller_runtime_reconcile` is exported as `controller_runtime_reconcile_total`,
 //! `controller_runtime_reconcile_time` with [`Unit::Seconds`] as
-//! `controller_runtime_reconcile_time_seconds` (`tests/tests/telemetry.rs` pins every exported name).
+//! `controller_runtime_reconcile_time_seconds` (`tests/tests/sandbox/telemetry.rs` pins every exported name).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -10,7 +10,7 @@
 //! memory once, verifies the tag (constant time) and deserializes those very bytes, so nothing
 //! can change between check and use. A file whose tag does not verify — tampered, foreign,
 //! written for another digest or engine, truncated — is deleted and the plugin recompiled
-//! (`cache_restart::restarted_operator_loads_from_the_cache_and_refuses_a_flipped_byte` in tests/tests/cache_restart.rs,
+//! (`cache_restart::restarted_operator_loads_from_the_cache_and_refuses_a_flipped_byte` in tests/tests/operator/cache_restart.rs,
 //! `cache::tests::*` here).
 //!
 //! # The key: a 0600 file on the cache volume

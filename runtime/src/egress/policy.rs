@@ -13,7 +13,7 @@
 //!   once, through the [`Resolve`] seam; only the permitted addresses of the answer are
 //!   connected to, and a name with none is refused
 //!   (`egress::allowed_name_resolving_to_loopback_or_metadata_is_refused` in
-//!   tests/tests/egress.rs).
+//!   tests/tests/sandbox/egress.rs).
 
 use std::fmt;
 use std::net::IpAddr;

@@ -7,7 +7,7 @@
 //! before anything is read ([`LoadError::TooLarge`]); the digest is computed streaming, in
 //! [`CHUNK`]-sized reads, and the whole file is read into memory only to be compiled, and never
 //! beyond the bound even if it grows meanwhile (`loading_limits::oversized_plugin_is_refused_with_bounded_rss`
-//! in tests/tests/loading_limits.rs).
+//! in tests/tests/sandbox/loading_limits.rs).
 
 use std::io::Read;
 use std::path::{Component as PathPart, Path, PathBuf};

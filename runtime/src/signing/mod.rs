@@ -21,7 +21,7 @@
 //!   `x-amz-content-sha256` for SigV4; `authorization` for bearer; the named header for
 //!   `header`), so a guest can neither replace nor duplicate it
 //!   (`signing::tests::guest_headers_are_replaced`, and the recorder test
-//!   `signing::guest_authorization_is_replaced_by_the_hosts` in tests/tests/exfiltrate.rs).
+//!   `signing::guest_authorization_is_replaced_by_the_hosts` in tests/tests/sandbox/exfiltrate.rs).
 //!   Other `x-amz-*` headers (`x-amz-target` of JSON APIs) are the guest's and are signed as
 //!   sent.
 //! - A SigV4 signature covers method, host, path, query, the signed headers, the body and the

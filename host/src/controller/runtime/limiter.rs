@@ -8,7 +8,7 @@
 //! - Nobody waits here: [`Limiter::try_acquire`] answers at once, with a permit or with how long
 //!   until one is due, so a throttled ProviderConfig holds no reconcile worker and never delays
 //!   another's VMs (tests: `try_acquire_never_waits_and_spaces_callers`, and
-//!   `tests/tests/operator_throttle.rs`).
+//!   `tests/tests/operator/operator_throttle.rs`).
 //! - A caller told to come back is holding a reservation: the token is set aside for it (the
 //!   bucket goes into debt), so callers turned away together come back spaced at the rate
 //!   instead of all at once.

@@ -16,7 +16,7 @@
 //!
 //! - After a `410` on watch start, the next item is the start of a fresh list (`Init`), not
 //!   the error, so the reflector swaps in the API server's current state (test:
-//!   `relist::tests`; end to end `tests/tests/operator_faults.rs`
+//!   `relist::tests`; end to end `tests/tests/faults/operator_faults.rs`
 //!   `converges_within_seconds_of_an_apiserver_restart`).
 //! - While the API server is unreachable, attempts are at most [`MAX_RETRY`] apart.
 

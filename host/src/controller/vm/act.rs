@@ -256,7 +256,7 @@ impl<'r, E: Effects> Run<'r, E> {
         self.fx.write_status(self.status).await?;
         // A log line, not an Event: the routine path is said by `status.id` and `Ready`, and
         // an Event per create would be one write per VM more than a controller-runtime
-        // operator makes (counted by `tests/tests/operator_writes.rs`).
+        // operator makes (counted by `tests/tests/operator/operator_writes.rs`).
         tracing::info!(id = %machine.id, %location, phase = machine.phase.as_str(), "external machine created");
         facts.id = Some(machine.id.clone());
         facts.recorded_location = self.status.location.clone();

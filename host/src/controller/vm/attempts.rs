@@ -39,7 +39,7 @@
 //!   machine made from `get` for longer than the grace period while `find`'s other query
 //!   already shows it (EC2: `InvalidInstanceID.NotFound` for a fresh id, its tag filter
 //!   current); without `find` the fault matrix's row "NotFound for ids < 20 s old" leaks a
-//!   machine (`tests/tests/operator_faults.rs`, `fault_matrix`).
+//!   machine (`tests/tests/faults/operator_faults.rs`, `fault_matrix`).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};

@@ -13,12 +13,12 @@
 //! - `update` answering `needs-replacement` is never acted on: `Synced=False`, reason
 //!   `ReplacementRequired`, and an Event (`tests` in `decide`, the simulation).
 //! - A paused VM is reconciled without resolving its ProviderConfig: no plugin call at all
-//!   (`tests/tests/operator_day2_pause.rs`).
+//!   (`tests/tests/operator/operator_day2_pause.rs`).
 //! - A deleted VM whose recorded machine carries another VM's ownership mark drops its
 //!   finalizer and leaves the machine (Event `OwnedElsewhere`): it never calls `delete` on it
-//!   (`decide::day2_tests`, `tests/tests/operator_day2_adopt.rs`).
+//!   (`decide::day2_tests`, `tests/tests/operator/operator_day2_adopt.rs`).
 //! - A changed launch-only parameter is `Synced=False`, reason `InvalidSpec`, with an Event and
-//!   a log line naming it, and no call (`tests/tests/operator_day2_params.rs`).
+//!   a log line naming it, and no call (`tests/tests/operator/operator_day2_params.rs`).
 
 use std::ops::ControlFlow;
 

@@ -180,7 +180,7 @@ impl Effects for Live<'_> {
         let mut object = self.vm.clone();
         object.status = Some(status.clone());
         // A status PUT changes nothing but the status, and the API server keeps the managed
-        // fields of a request that carries none (`tests/tests/operator_writes.rs` checks they
+        // fields of a request that carries none (`tests/tests/operator/operator_writes.rs` checks they
         // survive): sending them would only be more to decode.
         object.metadata.managed_fields = None;
         let updated = self

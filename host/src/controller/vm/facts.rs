@@ -28,7 +28,7 @@ use crate::plugin::{PluginInfo, VmSpec};
 /// when the generation (spec, deletion) or one of the annotations a user sets to steer the
 /// operator (`vmop.dev/paused`, `vmop.dev/reconcile-requested-at`, `vmop.dev/poll-interval`)
 /// changes; not on the operator's own writes (status, finalizer, create location).
-/// Test: `tests/tests/operator_day2_pause.rs`.
+/// Test: `tests/tests/operator/operator_day2_pause.rs`.
 pub fn trigger_key(vm: &VirtualMachine) -> Option<u64> {
     use std::hash::{Hash, Hasher};
     let mut h = std::hash::DefaultHasher::new();

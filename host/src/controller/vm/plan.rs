@@ -7,7 +7,7 @@
 //! - The action printed is the one `decide` returns for the same facts: there is no second
 //!   decision procedure to disagree with the reconciler.
 //! - Only [`Operation::writes`](crate::plugin::Operation::writes)`() == false` calls are made
-//!   (test: `tests/tests/plan.rs`, which compares moto's instances and the VMs'
+//!   (test: `tests/tests/operator/plan.rs`, which compares moto's instances and the VMs'
 //!   resourceVersions before and after a plan).
 //! - The grace period is taken as over (an operator that has been running long), so a machine
 //!   the cloud no longer shows is planned as `recreate`/`release`, what the operator will do

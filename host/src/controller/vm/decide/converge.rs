@@ -11,7 +11,7 @@
 //! - A machine another VirtualMachine records is never adopted, nor one whose ownership mark
 //!   (`vm-status.owner`) is another uid, even when no VirtualMachine with that uid is left in
 //!   the cluster (`day2_tests::ownership::a_machine_marked_by_another_uid_is_never_adopted`,
-//!   `tests/tests/operator_day2_adopt.rs`).
+//!   `tests/tests/operator/operator_day2_adopt.rs`).
 //! - Under `managementPolicy: Full`, an observed machine whose mark turns out to be another
 //!   uid's (two VMs adopted it at once and the other claimed it last) is
 //!   [`Action::AdoptionConflict`]: observed no more, never updated, powered or deleted
