@@ -69,6 +69,8 @@ fn run() -> Result<(), String> {
     let target_dir = host_target_dir(&out_dir, &root).join("wasm-guests");
 
     println!("cargo:rerun-if-changed={}", root.join("wit").display());
+    // The guests' SDK builds on the contract crate's bounds.
+    watch_sources(&root.join("contract"))?;
     for var in ["RUSTUP_TOOLCHAIN", "CARGO", "CI", COMPONENTIZE_PY_ENV] {
         println!("cargo:rerun-if-env-changed={var}");
     }
