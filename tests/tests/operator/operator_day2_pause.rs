@@ -1,7 +1,8 @@
 //! Pausing and steering a VM by annotation, on the real control plane, moto and ec2.wasm:
 //! `vmop.dev/paused` stops every plugin call (counted in `/metrics`) until it is removed;
 //! `vmop.dev/reconcile-requested-at` is echoed in status; `vmop.dev/poll-interval` re-checks a
-//! settled machine sooner than the resync period.
+//! settled machine sooner than the resync period, and a value outside the duration grammar is
+//! refused on its VM alone.
 
 use anyhow::{Context as _, ensure};
 use serde_json::json;
@@ -125,5 +126,48 @@ async fn poll_interval_annotation_rechecks_sooner_than_the_resync_period() -> an
     .await?;
     env.wait_ready("fast").await?;
     ensure!(env.moto.instance_state(&id)?.as_deref() == Some("running"));
+    Ok(())
+}
+
+/// A poll interval outside the duration grammar, or one no clock can add (it used to overflow
+/// the requeue's jitter and panic the operator, for every tenant), is refused on its own VM
+/// before any plugin call (`Synced=False`, reason `InvalidSpec`); the same operator process
+/// serves the other VMs, and the VM itself once the annotation is fixed.
+#[tokio::test]
+async fn a_bad_poll_interval_is_refused_on_its_vm_and_the_operator_serves_the_others()
+-> anyhow::Result<()> {
+    let env = Env::new("day2-badpoll").await?;
+    let provider = env.standard_provider("aws").await?;
+    let operator = env.operator().start(operator_bin())?;
+    for (name, value) in [("huge", "18446744073709551615s"), ("typo", "5 minutes")] {
+        let vm = env
+            .vm(name, &provider)
+            .annotation("vmop.dev/poll-interval", value);
+        env.create_vm(vm).await?;
+    }
+    for name in ["huge", "typo"] {
+        let vm = env
+            .wait_vm_condition(name, "Synced", "False", Some("InvalidSpec"))
+            .await?;
+        let synced = condition(&vm, "Synced").map(|c| c.2).unwrap_or_default();
+        ensure!(
+            synced.contains("vmop.dev/poll-interval"),
+            "the condition names the annotation: {synced}"
+        );
+        ensure!(
+            operator.calls_for(name).is_empty(),
+            "plugin calls for {name}: {:?}",
+            operator.calls_for(name)
+        );
+    }
+    env.create_vm(env.vm("fine", &provider)).await?;
+    env.wait_ready("fine").await?;
+    patch_vm(
+        &env,
+        "huge",
+        json!({"metadata": {"annotations": {"vmop.dev/poll-interval": "30s"}}}),
+    )
+    .await?;
+    env.wait_ready("huge").await?;
     Ok(())
 }
