@@ -162,23 +162,32 @@ impl PluginRegistry {
         let digest = match digest {
             Ok(digest) => digest,
             Err(e) => {
-                self.tables().by_path.remove(rel);
+                let mut tables = self.tables();
+                tables.by_path.remove(rel);
+                tables.forget_unserved();
                 return Err(e);
             }
         };
         if let Err(e) = check_pin(pin.as_deref(), &digest) {
-            self.tables().by_path.remove(rel);
+            let mut tables = self.tables();
+            tables.by_path.remove(rel);
+            tables.forget_unserved();
             return Err(e);
         }
         let (plugin, served) = self.plugin_for(rel, full, digest).await?;
-        let previous = self.tables().by_path.insert(
-            rel.to_path_buf(),
-            Loaded {
-                plugin: plugin.clone(),
-                stamp,
-                pin,
-            },
-        );
+        let previous = {
+            let mut tables = self.tables();
+            let previous = tables.by_path.insert(
+                rel.to_path_buf(),
+                Loaded {
+                    plugin: plugin.clone(),
+                    stamp,
+                    pin,
+                },
+            );
+            tables.forget_unserved();
+            previous
+        };
         if let Some(previous) = previous
             && previous.plugin.digest() != plugin.digest()
         {

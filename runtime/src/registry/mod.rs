@@ -7,7 +7,9 @@
 //! - With a pin, a file whose sha256 differs is refused ([`LoadError::DigestMismatch`]) and any
 //!   earlier version of that path stops being served.
 //! - One [`Plugin`] per digest: loading the same content again (another path, another
-//!   ProviderConfig, a file touched without changes) reuses it ([`RegistryStats::digest_hits`]).
+//!   ProviderConfig, a file touched without changes) reuses it ([`RegistryStats::digest_hits`]);
+//!   a digest no path serves any more is dropped ([`PluginRegistry::plugins_held`];
+//!   `loading::replacing_the_file_switches_versions_without_failing_calls_in_flight`).
 //! - Compilation runs on the blocking pool, never on the caller's async worker, one at a time
 //!   (a compile of a Python or JavaScript plugin takes ~400 MB and seconds of CPU), in this
 //!   process or, with [`PluginRegistry::with_compiler`], in a child that gives that memory back
@@ -149,6 +151,18 @@ struct Tables {
     failed: HashMap<PathBuf, Failed>,
 }
 
+impl Tables {
+    /// Drops the plugins no path serves any more (a replaced or broken file's old version):
+    /// calls in flight keep theirs alive until they end; a later load of that digest compiles
+    /// again, or maps it from the disk cache.
+    fn forget_unserved(&mut self) {
+        let Tables {
+            by_digest, by_path, ..
+        } = self;
+        by_digest.retain(|digest, _| by_path.values().any(|l| l.plugin.digest() == digest));
+    }
+}
+
 #[derive(Debug)]
 struct Failed {
     stamp: FileStamp,
@@ -240,6 +254,11 @@ impl PluginRegistry {
             digest_hits: i.digest_hits.load(Ordering::Relaxed),
             repeated_failures: i.repeated_failures.load(Ordering::Relaxed),
         }
+    }
+
+    /// How many compiled plugins the registry holds: one per digest some path serves.
+    pub fn plugins_held(&self) -> usize {
+        self.tables().by_digest.len()
     }
 
     /// The plugin currently served for `path`, without touching the file.

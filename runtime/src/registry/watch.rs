@@ -86,7 +86,10 @@ impl PluginRegistry {
                 }
                 Ok(_) => {}
                 Err(e) => {
-                    self.tables().by_path.remove(&rel);
+                    let mut tables = self.tables();
+                    tables.by_path.remove(&rel);
+                    tables.forget_unserved();
+                    drop(tables);
                     let event = PluginEvent::failed(rel, &e);
                     tracing::warn!(path = %event.path.display(), error = %e, "plugin file changed and no longer loads");
                     let _ = self.inner.events.send(event.clone());

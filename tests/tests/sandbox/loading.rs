@@ -179,17 +179,20 @@ async fn a_changed_file_is_noticed_on_load() -> anyhow::Result<()> {
     assert_eq!(reg.load("p.wasm", None).await?.info().version, "0.1.0");
     replace(&dir.path().join("p.wasm"), &wasm("trivial_v2")?)?;
     assert_eq!(reg.load("p.wasm", None).await?.info().version, "0.2.0");
+    // Back to the first version: it was dropped when nothing served it any more, so it is
+    // compiled again (with a disk cache, as `vmop run` has, it is mapped back instead).
     replace(&dir.path().join("p.wasm"), &wasm("trivial")?)?;
     assert_eq!(reg.load("p.wasm", None).await?.info().version, "0.1.0");
     assert_eq!(
         reg.stats(),
         RegistryStats {
-            compiled: 2,
+            compiled: 3,
             disk_hits: 0,
-            digest_hits: 1,
+            digest_hits: 0,
             repeated_failures: 0
         }
     );
+    assert_eq!(reg.plugins_held(), 1);
     Ok(())
 }
 
@@ -251,6 +254,11 @@ async fn replacing_the_file_switches_versions_without_failing_calls_in_flight() 
         .await??
         .context("the in-flight call found no VM")?;
     assert_eq!(status.message.as_deref(), Some("status 200, 2 bytes"));
+    assert_eq!(
+        reg.plugins_held(),
+        1,
+        "the old version is dropped once nothing serves it"
+    );
 
     // A file that changes into garbage stops being served, and says so.
     replace(&dir.path().join("provider.wasm"), b"garbage")?;
@@ -260,6 +268,7 @@ async fn replacing_the_file_switches_versions_without_failing_calls_in_flight() 
         "{failed:?}"
     );
     assert!(reg.get("provider.wasm").is_none());
+    assert_eq!(reg.plugins_held(), 0, "nothing is served, nothing is kept");
     Ok(())
 }
 
