@@ -42,8 +42,11 @@ use vmop_provider_sdk::{
 use crate::power::Power;
 use crate::query::{Api, CallError, Params};
 
-/// Client tokens tried per create (see [`Ec2Provider::create`]).
-const MAX_TOKEN_GENERATIONS: usize = 3;
+/// Client tokens tried per create (see [`Ec2Provider::create`]): one more than the times the
+/// VM's instance was terminated behind its back within EC2's memory of client tokens (at least
+/// 24 hours). A repeated token is answered from that memory, without a launch, so each costs
+/// one cheap call; past this many the create fails (transient) saying so.
+const MAX_TOKEN_GENERATIONS: usize = 32;
 
 /// `user-data` (`spec.userData` is passed to `RunInstances`), `update` (the instance type, see
 /// `update.rs`) and `power`.
