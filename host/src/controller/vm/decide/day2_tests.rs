@@ -18,15 +18,6 @@ fn size(memory_mib: u64) -> AppliedSpec {
 
 fn facts() -> Facts {
     Facts {
-        deleting: false,
-        deletion_policy: DeletionPolicy::Delete,
-        id: Some("i-1".into()),
-        recorded_location: Some(HERE.into()),
-        intended_location: Some(HERE.into()),
-        accept_location: None,
-        absence_wait: Duration::ZERO,
-        never_created: false,
-        sole_machine: None,
         day2: Day2 {
             uid: US.into(),
             desired: size(512),
@@ -38,6 +29,7 @@ fn facts() -> Facts {
             },
             ..Day2::default()
         },
+        ..tests::facts()
     }
 }
 
