@@ -110,4 +110,16 @@ mod tests {
         );
         assert_eq!(parse_positive("1ms"), Ok(Duration::from_millis(1)));
     }
+
+    proptest::proptest! {
+        /// Whatever is written, parsing ends in a duration within the bound or an error.
+        #[test]
+        fn parsing_never_panics_and_stays_bounded(
+            text in proptest::prop_oneof![".{0,40}", "[0-9]{0,30}(ms|s|m|h|d)?"],
+        ) {
+            if let Ok(d) = parse(&text) {
+                proptest::prop_assert!(d <= MAX);
+            }
+        }
+    }
 }

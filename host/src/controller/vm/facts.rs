@@ -229,4 +229,98 @@ mod tests {
         assert!(!unresolved(&vm(&[(PAUSED, "false")]), &attempts).day2.paused);
         assert!(!unresolved(&vm(&[]), &attempts).day2.paused);
     }
+
+    mod properties {
+        use proptest::prelude::*;
+        use serde_json::Value;
+
+        use super::super::*;
+        use crate::api::VirtualMachineSpec;
+        use crate::plugin::{Parameter, ParameterKind};
+
+        fn json() -> impl Strategy<Value = Value> {
+            let leaf = prop_oneof![
+                Just(Value::Null),
+                any::<bool>().prop_map(Value::Bool),
+                any::<i64>().prop_map(Value::from),
+                any::<f64>().prop_map(Value::from),
+                ".{0,80}".prop_map(Value::String),
+            ];
+            leaf.prop_recursive(3, 16, 4, |inner| {
+                prop_oneof![
+                    proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                    proptest::collection::btree_map("[a-z]{0,4}", inner, 0..4)
+                        .prop_map(|m| Value::Object(m.into_iter().collect())),
+                ]
+            })
+        }
+
+        fn kind() -> impl Strategy<Value = ParameterKind> {
+            prop_oneof![
+                Just(ParameterKind::Text),
+                Just(ParameterKind::Integer),
+                Just(ParameterKind::Boolean),
+                Just(ParameterKind::StringList),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 2048, ..ProptestConfig::default() })]
+
+            /// Whatever a user writes in annotations, cpu, memory and parameters, and whatever
+            /// parameters a plugin declares: the facts, the spec handed to the plugin and the
+            /// poll interval are computed without a panic, and a refusal is a typed error.
+            #[test]
+            fn no_spec_or_annotation_panics_the_reconcile(
+                annotations in proptest::collection::btree_map(
+                    prop_oneof![
+                        Just(PAUSED.to_owned()),
+                        Just(POLL_INTERVAL.to_owned()),
+                        Just(RECONCILE_REQUESTED_AT.to_owned()),
+                        Just(CREATE_LOCATION.to_owned()),
+                        ".{0,20}",
+                    ],
+                    ".{0,40}",
+                    0..5,
+                ),
+                cpu in any::<u32>(),
+                memory in prop_oneof![".{0,12}", "[0-9]{1,25}(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?"],
+                parameters in proptest::collection::btree_map("[a-zA-Z]{0,6}", json(), 0..4),
+                declared in proptest::collection::vec(("[a-zA-Z]{0,6}", kind(), any::<bool>()), 0..4),
+                grace in prop_oneof![Just(Duration::MAX), (0u64..1_000_000).prop_map(Duration::from_millis)],
+            ) {
+                let mut vm = VirtualMachine::new(
+                    "web",
+                    VirtualMachineSpec {
+                        parameters,
+                        ..VirtualMachineSpec::new("pc", "img", cpu, memory)
+                    },
+                );
+                vm.metadata.uid = Some("uid-1".into());
+                vm.metadata.namespace = Some("ns".into());
+                vm.metadata.annotations = Some(annotations);
+                let info = PluginInfo {
+                    name: "p".into(),
+                    version: "1".into(),
+                    wit_version: "0.2.0".into(),
+                    capabilities: vec!["update".into(), "power".into()],
+                    parameters: declared
+                        .into_iter()
+                        .map(|(name, kind, mutable)| Parameter {
+                            name,
+                            kind,
+                            description: String::new(),
+                            mutable,
+                        })
+                        .collect(),
+                };
+                let attempts = Attempts::new();
+                let unresolved = unresolved(&vm, &attempts);
+                if let Ok(spec) = vm_spec(&vm, &info) {
+                    let _ = unresolved.resolved(&attempts, grace, &info, &spec);
+                }
+                let _ = poll_interval(&vm, &Options::new("ops"));
+            }
+        }
+    }
 }

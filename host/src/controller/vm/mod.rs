@@ -203,3 +203,35 @@ async fn resolve(vm: &VirtualMachine, ctx: &Context) -> Result<Provider, Error> 
             source: Box::new(source),
         })
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::api::{POLL_INTERVAL, VirtualMachineSpec};
+
+    proptest! {
+        /// Whatever the outcome's delay or the VM's poll interval, the next look is scheduled
+        /// without a panic (no duration arithmetic overflows).
+        #[test]
+        fn every_outcome_is_requeued(
+            after in prop_oneof![Just(Duration::MAX), any::<u64>().prop_map(Duration::from_nanos)],
+            poll in ".{0,30}",
+            which in 0u8..7,
+        ) {
+            let mut vm = VirtualMachine::new("web", VirtualMachineSpec::new("pc", "img", 1, "1Gi"));
+            vm.metadata.annotations = Some([(POLL_INTERVAL.to_owned(), poll)].into());
+            let outcome = match which {
+                0 => Outcome::Settled(Phase::Running),
+                1 => Outcome::Settled(Phase::Pending),
+                2 => Outcome::Deleting,
+                3 => Outcome::Done,
+                4 => Outcome::After(after),
+                5 => Outcome::Blocked,
+                _ => Outcome::Transition,
+            };
+            let _ = requeue(&outcome, &Options::new("ops"), &vm);
+        }
+    }
+}

@@ -250,4 +250,55 @@ mod tests {
         b.addresses.push("10.0.0.2".into());
         assert!(!conditions::same(&a, &b));
     }
+
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::*;
+        use crate::api::VirtualMachineStatus;
+
+        fn phase() -> impl Strategy<Value = Phase> {
+            prop_oneof![
+                Just(Phase::Pending),
+                Just(Phase::Provisioning),
+                Just(Phase::Running),
+                Just(Phase::Stopped),
+                Just(Phase::Failed),
+                Just(Phase::Deleting),
+                Just(Phase::Unknown),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 2048, ..ProptestConfig::default() })]
+
+            /// Whatever a plugin answers (any id, addresses, message, owner, phase), and
+            /// whatever the error text: status is built without a panic, and twice the same
+            /// answer changes nothing the second time.
+            #[test]
+            fn no_plugin_answer_panics_status_building(
+                id in ".{0,300}",
+                phase in phase(),
+                addresses in proptest::collection::vec(".{0,80}", 0..20),
+                message in proptest::option::of(".{0,2000}"),
+                owner in proptest::option::of(".{0,80}"),
+                reason in "[A-Za-z]{0,20}",
+                error in ".{0,2000}",
+                generation in any::<i64>(),
+                pending in any::<bool>(),
+            ) {
+                let seen = VmStatus { id, phase, addresses, message, owner };
+                let vm = vm(generation);
+                let mut status = VirtualMachineStatus::default();
+                observed(&mut status, &vm, &seen);
+                restart_required(&mut status, &vm, pending);
+                let once = status.clone();
+                observed(&mut status, &vm, &seen);
+                restart_required(&mut status, &vm, pending);
+                prop_assert!(conditions::same(&once, &status));
+                failed(&mut status, &vm, &reason, error);
+                not_ready(&mut status, &vm, &reason, "x");
+            }
+        }
+    }
 }

@@ -385,3 +385,6 @@ mod tests;
 
 #[cfg(test)]
 mod day2_tests;
+
+#[cfg(test)]
+mod properties;
