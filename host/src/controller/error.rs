@@ -46,6 +46,10 @@ pub enum Error {
     ConfigMapConflict { name: String },
     #[error("object has no metadata.{0}")]
     Metadata(&'static str),
+    /// A bug of the operator's own, caught at the reconcile's boundary so that it ends that
+    /// reconcile only, never the process.
+    #[error("the reconcile panicked: {0}")]
+    Panicked(String),
     #[error("annotation {key} is invalid")]
     Annotation {
         key: &'static str,
@@ -93,6 +97,7 @@ impl Error {
             Error::Throttled { .. } => "Throttled",
             Error::Kube { .. } | Error::Metadata(_) => "KubernetesError",
             Error::DeletionPending { .. } => "Deleting",
+            Error::Panicked(_) => "InternalError",
             Error::ConfigMapConflict { .. } => "ConfigMapConflict",
         }
     }
@@ -120,9 +125,10 @@ impl Error {
                 ..
             } if status.code == 409 => Retry::Due(CONFLICT_RETRY),
             Error::DeletionPending { .. } => Retry::Poll,
-            Error::Kube { .. } | Error::Metadata(_) | Error::ConfigMapConflict { .. } => {
-                Retry::Backoff
-            }
+            Error::Kube { .. }
+            | Error::Metadata(_)
+            | Error::ConfigMapConflict { .. }
+            | Error::Panicked(_) => Retry::Backoff,
         }
     }
 }

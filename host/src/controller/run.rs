@@ -3,6 +3,7 @@
 //! to the held shards when sharded), the shard membership task, and the two controllers.
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender};
@@ -382,7 +383,7 @@ async fn reconcile_vm(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Acti
     let result = sharding::while_holding(
         ctx.shards.as_deref(),
         sharding::vm_shard(&vm),
-        vm::reconcile(vm.clone(), ctx.clone()),
+        unwinding(vm::reconcile(vm.clone(), ctx.clone())),
     )
     .instrument(span)
     .await;
@@ -401,12 +402,32 @@ async fn reconcile_provider_config(
     let result = sharding::while_holding(
         ctx.shards.as_deref(),
         |_| sharding::PROVIDER_CONFIG_SHARD,
-        provider_config::reconcile(pc, ctx.clone()),
+        unwinding(provider_config::reconcile(pc, ctx.clone())),
     )
     .instrument(span)
     .await;
     guard.finish(ReconcileResult::of(&result), is_terminal(&result));
     result
+}
+
+/// `reconcile`, with a panic in it turned into [`Error::Panicked`]: it ends that reconcile,
+/// which the error policy retries with backoff, and the operator goes on serving every other
+/// object (`tests::a_panicking_reconcile_is_an_error_not_the_end`).
+async fn unwinding(
+    reconcile: impl Future<Output = Result<Action, Error>>,
+) -> Result<Action, Error> {
+    match AssertUnwindSafe(reconcile).catch_unwind().await {
+        Ok(result) => result,
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a non-text payload".to_owned());
+            tracing::error!(panic = %message, "a reconcile panicked; it is retried with backoff");
+            Err(Error::Panicked(message))
+        }
+    }
 }
 
 /// The span of a VirtualMachine's reconcile (and of its error policy).
@@ -453,5 +474,30 @@ fn log_outcome<K, E1: std::error::Error + 'static, E2: std::error::Error + 'stat
             tracing::debug!(kind, %object, "object gone before its reconcile")
         }
         Err(e) => tracing::warn!(kind, error = %chain(&e), "controller error"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_reconcile_is_an_error_not_the_end() {
+        let panicking = async {
+            if std::hint::black_box(true) {
+                panic!("index out of bounds");
+            }
+            Ok(Action::await_change())
+        };
+        let result = unwinding(panicking).await;
+        assert!(
+            matches!(&result, Err(Error::Panicked(m)) if m == "index out of bounds"),
+            "{result:?}"
+        );
+        assert!(
+            unwinding(async { Ok(Action::await_change()) })
+                .await
+                .is_ok()
+        );
     }
 }
