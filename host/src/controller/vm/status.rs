@@ -256,18 +256,7 @@ mod tests {
 
         use super::*;
         use crate::api::VirtualMachineStatus;
-
-        fn phase() -> impl Strategy<Value = Phase> {
-            prop_oneof![
-                Just(Phase::Pending),
-                Just(Phase::Provisioning),
-                Just(Phase::Running),
-                Just(Phase::Stopped),
-                Just(Phase::Failed),
-                Just(Phase::Deleting),
-                Just(Phase::Unknown),
-            ]
-        }
+        use crate::controller::vm::decide::properties::phase;
 
         proptest! {
             #![proptest_config(ProptestConfig { cases: 2048, ..ProptestConfig::default() })]

@@ -387,4 +387,4 @@ mod tests;
 mod day2_tests;
 
 #[cfg(test)]
-mod properties;
+pub(super) mod properties;

@@ -18,7 +18,8 @@ fn text() -> impl Strategy<Value = String> {
     ]
 }
 
-fn phase() -> impl Strategy<Value = Phase> {
+/// Any phase a plugin may answer (also used by the status properties).
+pub(in crate::controller::vm) fn phase() -> impl Strategy<Value = Phase> {
     prop_oneof![
         Just(Phase::Pending),
         Just(Phase::Provisioning),
