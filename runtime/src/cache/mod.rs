@@ -33,16 +33,18 @@
 //!
 //! After every write the directory is pruned to [`DEFAULT_MAX_BYTES`] of artifacts, least
 //! recently used first (a load refreshes an artifact's mtime); artifacts of other engine
-//! configurations and temporary files of dead processes are removed at start-up
+//! configurations and temporary files of dead processes are removed at start-up, those of an
+//! earlier incarnation with the same pid included (a container's operator is always PID 1)
 //! (`cache::tests::prunes_oldest_first_and_other_engines`).
 //!
 //! Writes are atomic (temporary file in the same directory, then rename).
 
 use std::fs::{self, File, OpenOptions};
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasher, Hash, Hasher, RandomState};
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
@@ -68,6 +70,11 @@ const TAG_LEN: usize = 32;
 const EXTENSION: &str = "cwasm";
 
 static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+/// This process's mark on its temporary files: random, not the pid, which a container's
+/// operator shares with every earlier incarnation of itself (it is always PID 1), so that the
+/// files those left behind are recognised as stale.
+static PROCESS_MARK: LazyLock<u64> =
+    LazyLock::new(|| RandomState::new().hash_one(std::process::id()));
 
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
@@ -201,8 +208,8 @@ impl ArtifactCache {
         let path = self.path(digest);
         let tag = self.tag(digest, &artifact);
         let tmp = self.dir.join(format!(
-            ".{digest}.{}.{}.tmp",
-            std::process::id(),
+            ".{digest}.{:x}.{}.tmp",
+            *PROCESS_MARK,
             TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
         ));
         let write = || -> io::Result<()> {
@@ -258,7 +265,7 @@ impl ArtifactCache {
 
     /// Artifacts of other engine configurations and temporary files of dead writers.
     fn remove_foreign(&self) {
-        let own_tmp = format!(".{}.", std::process::id());
+        let own_tmp = format!(".{:x}.", *PROCESS_MARK);
         for (path, name, _) in self.entries() {
             let stale_tmp = name.ends_with(".tmp") && !name.contains(&own_tmp);
             let other_engine = name.ends_with(EXTENSION)
@@ -405,8 +412,13 @@ mod tests {
         fs::write(&stray, b"old engine").unwrap();
         let dead_tmp = dir.path().join(".abc.1.0.tmp");
         fs::write(&dead_tmp, b"partial").unwrap();
+        // Left by an earlier incarnation with this process's pid (a container's PID 1).
+        let same_pid = dir
+            .path()
+            .join(format!(".abc.{}.0.tmp", std::process::id()));
+        fs::write(&same_pid, b"partial").unwrap();
         let cache = ArtifactCache::new(dir.path(), &engine).unwrap();
-        assert!(!stray.exists() && !dead_tmp.exists());
+        assert!(!stray.exists() && !dead_tmp.exists() && !same_pid.exists());
 
         cache.store("one", &component(&engine)).unwrap();
         let size = fs::metadata(cache.path("one")).unwrap().len();
