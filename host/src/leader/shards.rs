@@ -24,7 +24,7 @@
 //!   the members (clock skew on `renewTime`, a lagging list) costs balance, not correctness.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -34,7 +34,7 @@ use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 use tokio::sync::watch;
 
 use super::assignment::{Role, roles};
-use super::held::{Gates, Holding};
+pub use super::held::{Shards, shards};
 use super::partition::fnv1a;
 pub use super::partition::{shard_of, shard_selector};
 use super::{LeaderElector, Leadership, LeaseConfig};
@@ -84,126 +84,6 @@ impl std::fmt::Debug for Hooks {
 /// (JSON object of counts). Summed over the live members, that is every VM once, without any
 /// replica watching all of them ([`Shards::total`]).
 pub const COUNTS_ANNOTATION: &str = "vmop.dev/vm-counts";
-
-/// This replica's view of which shards it holds.
-pub struct Shards {
-    count: u32,
-    held: Mutex<BTreeMap<u32, watch::Receiver<bool>>>,
-    /// The shards held, announced on every acquisition and loss.
-    held_set: watch::Sender<BTreeSet<u32>>,
-    /// The live members' [`COUNTS_ANNOTATION`]s, summed at the last retry period.
-    totals: Mutex<BTreeMap<String, u32>>,
-    /// The reconciles in flight per shard, which a hand-over waits for.
-    gates: Gates,
-}
-
-impl std::fmt::Debug for Shards {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Shards")
-            .field("count", &self.count)
-            .field("held", &self.held_now())
-            .finish()
-    }
-}
-
-impl Shards {
-    pub fn count(&self) -> u32 {
-        self.count
-    }
-
-    /// A hold on `shard` for one reconcile, if this replica holds it now and the acquisition
-    /// has been announced (the `on_acquiring` hook ran: nothing is reconciled in the shard
-    /// before the controllers learnt it changed hands) and no hand-over is under way.
-    pub fn holding(&self, shard: u32) -> Option<Holding> {
-        if !self.held_set.borrow().contains(&shard) {
-            return None;
-        }
-        let lease = {
-            let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-            held.get(&shard).filter(|rx| *rx.borrow()).cloned()?
-        };
-        Some(Holding {
-            shard,
-            lease,
-            held: self.held_set.subscribe(),
-            _gate: self.gates.enter(shard)?,
-        })
-    }
-
-    /// Whether this replica holds `shard` (its Lease, announced).
-    fn holds(&self, shard: u32) -> bool {
-        self.held_set.borrow().contains(&shard)
-            && self
-                .held
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .get(&shard)
-                .is_some_and(|rx| *rx.borrow())
-    }
-
-    /// Stops reconciling `shard` and waits, at most `within`, until every reconcile of it in
-    /// flight has ended: then its Lease may be released without another replica starting
-    /// beside one of them (`tests::a_hand_over_waits_for_the_reconciles_in_flight`).
-    async fn hand_over(&self, shard: u32, within: Duration) {
-        self.mark(shard, false);
-        if !self.gates.drain(shard, within).await {
-            tracing::warn!(
-                shard,
-                ?within,
-                "reconciles of the shard still running at its hand-over"
-            );
-        }
-    }
-
-    /// The shards held, changing as they are acquired and lost (a loss shows no sooner than
-    /// [`Shards::holding`] says it).
-    pub fn subscribe(&self) -> watch::Receiver<BTreeSet<u32>> {
-        self.held_set.subscribe()
-    }
-
-    fn mark(&self, shard: u32, holding: bool) {
-        self.held_set.send_if_modified(|held| {
-            if holding {
-                held.insert(shard)
-            } else {
-                held.remove(&shard)
-            }
-        });
-    }
-
-    /// The VMs of ProviderConfig `name` counted by all live replicas, each counting the shards
-    /// it holds: as of their last renewals, so a shard changing hands may be counted twice or
-    /// not at all for a retry period or two, and a dead replica's count stays until its member
-    /// Lease expires (one lease duration; `operator_sharding.rs` waits for the right sums).
-    pub fn total(&self, name: &str) -> u32 {
-        let totals = self.totals.lock().unwrap_or_else(PoisonError::into_inner);
-        totals.get(name).copied().unwrap_or(0)
-    }
-
-    /// Replaces the totals; returns the names whose total changed.
-    fn set_totals(&self, new: BTreeMap<String, u32>) -> Vec<String> {
-        let mut totals = self.totals.lock().unwrap_or_else(PoisonError::into_inner);
-        let changed = totals
-            .keys()
-            .chain(new.keys())
-            .filter(|name| totals.get(*name) != new.get(*name))
-            .cloned()
-            .collect::<BTreeSet<String>>()
-            .into_iter()
-            .collect();
-        *totals = new;
-        changed
-    }
-
-    /// The shards held right now.
-    pub fn held_now(&self) -> Vec<u32> {
-        let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        held.iter()
-            .filter(|(_, rx)| *rx.borrow())
-            .map(|(s, _)| *s)
-            .collect()
-    }
-}
 
 /// A member renewed within this many retry periods is taken to be alive: its standbys do not
 /// take its shards over.
@@ -256,7 +136,7 @@ pub async fn run(
             () = &mut stop => break,
             _ = ticks.tick() => {}
         }
-        let held = shards.held_set.borrow().clone();
+        let held = shards.announced();
         let counts = (hooks.count_held)(&held);
         if let Err(e) = renew_member(&api, &member, &config, &counts).await {
             tracing::warn!(error = %e, "failed to renew the shard member Lease");
@@ -438,17 +318,6 @@ fn add_counts(totals: &mut BTreeMap<String, u32>, annotations: Option<&BTreeMap<
     }
 }
 
-/// An empty view of `count` shards, filled by [`run`].
-pub fn shards(count: u32) -> Arc<Shards> {
-    Arc::new(Shards {
-        count: count.max(1),
-        held: Mutex::new(BTreeMap::new()),
-        held_set: watch::Sender::new(BTreeSet::new()),
-        totals: Mutex::new(BTreeMap::new()),
-        gates: Gates::default(),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -475,42 +344,5 @@ mod tests {
             "a name that is gone changed to 0"
         );
         assert_eq!(shards.total("b"), 0);
-    }
-
-    #[tokio::test]
-    async fn a_hand_over_waits_for_the_reconciles_in_flight() {
-        use std::sync::atomic::{AtomicBool, Ordering};
-        let shards = shards(2);
-        let (_lease, rx) = watch::channel(true);
-        shards
-            .held
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(1, rx);
-        shards.mark(1, true);
-        let mut holding = shards.holding(1).expect("held and announced");
-        let ended = Arc::new(AtomicBool::new(false));
-        let reconcile = tokio::spawn({
-            let ended = ended.clone();
-            async move {
-                holding.lost().await;
-                // Still winding down after it was told: the hand-over must wait for this.
-                for _ in 0..10 {
-                    tokio::task::yield_now().await;
-                }
-                ended.store(true, Ordering::SeqCst);
-                drop(holding);
-            }
-        });
-        shards.hand_over(1, Duration::from_secs(30)).await;
-        assert!(
-            ended.load(Ordering::SeqCst),
-            "released while a reconcile ran"
-        );
-        assert!(
-            shards.holding(1).is_none(),
-            "no reconcile starts once handed over"
-        );
-        reconcile.await.expect("the reconcile task");
     }
 }
