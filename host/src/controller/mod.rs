@@ -8,12 +8,14 @@
 //! - [`runtime`]: what both run on: the watches and their relists, the cross-resource
 //!   triggers and the index behind them, the per-ProviderConfig limiter, backoff and the error
 //!   policy, and the sharding hooks.
-//! - `run.rs`: [`run`] wires them: caches, watches, both controllers, sharding; `context.rs`
-//!   and `error.rs` are what every reconcile shares.
+//! - `run.rs`: [`run`] wires them: caches, watches, both controllers, sharding;
+//!   `reconcile.rs` wraps each reconcile (span, metrics, shard hold, a panic caught);
+//!   `context.rs` and `error.rs` are what every reconcile shares.
 
 mod context;
 mod error;
 pub mod provider_config;
+mod reconcile;
 mod run;
 pub(crate) mod runtime;
 pub mod vm;

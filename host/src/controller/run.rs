@@ -3,7 +3,6 @@
 //! to the held shards when sharded), the shard membership task, and the two controllers.
 
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender};
@@ -14,13 +13,12 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store, store::WriterDropped};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client};
 use tokio::task::JoinHandle;
-use tracing::Instrument;
 
 use super::context::{Context, Options};
-use super::error::{Error, Retry};
-use super::provider_config::{self, Resolver};
+use super::provider_config::Resolver;
+use super::reconcile;
 use super::runtime::backoff::Backoffs;
 use super::runtime::index::VmIndex;
 use super::runtime::limiter::Limiters;
@@ -32,8 +30,7 @@ use crate::leader::shards::{self, ShardConfig, Shards};
 use crate::plugin::{Connections, PluginRegistry};
 use crate::telemetry::events::{EventSink, chain};
 use crate::telemetry::health::Readiness;
-use crate::telemetry::metrics::{ControllerKind, Metrics, PhaseCounts, ReconcileResult};
-use crate::telemetry::spans::reconcile_span;
+use crate::telemetry::metrics::{ControllerKind, Metrics, PhaseCounts};
 
 /// Trailing debounce of ProviderConfig reconciles.
 const PROVIDER_CONFIG_DEBOUNCE: std::time::Duration = std::time::Duration::from_secs(1);
@@ -343,7 +340,7 @@ fn vm_controller(
         .reconcile_on(requeued)
         .with_config(controller_config)
         .graceful_shutdown_on(shutdown)
-        .run(reconcile_vm, error_policy::vm, ctx.clone())
+        .run(reconcile::vm, error_policy::vm, ctx.clone())
         .for_each(|result| {
             log_outcome("VirtualMachine", result);
             future::ready(())
@@ -365,7 +362,7 @@ fn provider_config_controller(
         .with_config(controller_config.debounce(PROVIDER_CONFIG_DEBOUNCE))
         .graceful_shutdown_on(shutdown)
         .run(
-            reconcile_provider_config,
+            reconcile::provider_config,
             error_policy::provider_config,
             ctx.clone(),
         )
@@ -373,83 +370,6 @@ fn provider_config_controller(
             log_outcome("ProviderConfig", result);
             future::ready(())
         })
-}
-
-async fn reconcile_vm(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let guard = ctx
-        .metrics
-        .reconcile_started(ControllerKind::VirtualMachine);
-    let span = vm_span(&vm);
-    let result = sharding::while_holding(
-        ctx.shards.as_deref(),
-        sharding::vm_shard(&vm),
-        unwinding(vm::reconcile(vm.clone(), ctx.clone())),
-    )
-    .instrument(span)
-    .await;
-    guard.finish(ReconcileResult::of(&result), is_terminal(&result));
-    result
-}
-
-async fn reconcile_provider_config(
-    pc: Arc<ProviderConfig>,
-    ctx: Arc<Context>,
-) -> Result<Action, Error> {
-    let guard = ctx
-        .metrics
-        .reconcile_started(ControllerKind::ProviderConfig);
-    let span = provider_config_span(&pc);
-    let result = sharding::while_holding(
-        ctx.shards.as_deref(),
-        |_| sharding::PROVIDER_CONFIG_SHARD,
-        unwinding(provider_config::reconcile(pc, ctx.clone())),
-    )
-    .instrument(span)
-    .await;
-    guard.finish(ReconcileResult::of(&result), is_terminal(&result));
-    result
-}
-
-/// `reconcile`, with a panic in it turned into [`Error::Panicked`]: it ends that reconcile,
-/// which the error policy retries with backoff, and the operator goes on serving every other
-/// object (`tests::a_panicking_reconcile_is_an_error_not_the_end`).
-async fn unwinding(
-    reconcile: impl Future<Output = Result<Action, Error>>,
-) -> Result<Action, Error> {
-    match AssertUnwindSafe(reconcile).catch_unwind().await {
-        Ok(result) => result,
-        Err(panic) => {
-            let message = panic
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a non-text payload".to_owned());
-            tracing::error!(panic = %message, "a reconcile panicked; it is retried with backoff");
-            Err(Error::Panicked(message))
-        }
-    }
-}
-
-/// The span of a VirtualMachine's reconcile (and of its error policy).
-pub(super) fn vm_span(vm: &VirtualMachine) -> tracing::Span {
-    reconcile_span(
-        ControllerKind::VirtualMachine,
-        vm.metadata.namespace.as_deref(),
-        &vm.name_any(),
-        Some(&vm.spec.provider_config_ref.name),
-    )
-}
-
-/// The span of a ProviderConfig's reconcile (and of its error policy); cluster-scoped, so no
-/// namespace, and the object is the provider config itself.
-pub(super) fn provider_config_span(pc: &ProviderConfig) -> tracing::Span {
-    let name = pc.name_any();
-    reconcile_span(ControllerKind::ProviderConfig, None, &name, Some(&name))
-}
-
-/// An error that is not retried until something changes (controller-runtime's terminal error).
-fn is_terminal(result: &Result<Action, Error>) -> bool {
-    matches!(result, Err(e) if e.retry() == Retry::AwaitChange)
 }
 
 fn provider_config_watch(config: &Config) -> watcher::Config {
@@ -474,30 +394,5 @@ fn log_outcome<K, E1: std::error::Error + 'static, E2: std::error::Error + 'stat
             tracing::debug!(kind, %object, "object gone before its reconcile")
         }
         Err(e) => tracing::warn!(kind, error = %chain(&e), "controller error"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn a_panicking_reconcile_is_an_error_not_the_end() {
-        let panicking = async {
-            if std::hint::black_box(true) {
-                panic!("index out of bounds");
-            }
-            Ok(Action::await_change())
-        };
-        let result = unwinding(panicking).await;
-        assert!(
-            matches!(&result, Err(Error::Panicked(m)) if m == "index out of bounds"),
-            "{result:?}"
-        );
-        assert!(
-            unwinding(async { Ok(Action::await_change()) })
-                .await
-                .is_ok()
-        );
     }
 }

@@ -21,7 +21,7 @@ use crate::telemetry::events::chain;
 const MIN_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 pub fn vm(vm: Arc<VirtualMachine>, error: &Error, ctx: Arc<Context>) -> Action {
-    let _span = crate::controller::run::vm_span(&vm).entered();
+    let _span = crate::controller::reconcile::vm_span(&vm).entered();
     let key = ObjectRef::from(&*vm);
     let action = action(
         error.retry(),
@@ -44,7 +44,7 @@ pub fn vm(vm: Arc<VirtualMachine>, error: &Error, ctx: Arc<Context>) -> Action {
 }
 
 pub fn provider_config(pc: Arc<ProviderConfig>, error: &Error, ctx: Arc<Context>) -> Action {
-    let _span = crate::controller::run::provider_config_span(&pc).entered();
+    let _span = crate::controller::reconcile::provider_config_span(&pc).entered();
     let key = ObjectRef::from(&*pc);
     let action = action(
         error.retry(),
