@@ -11,6 +11,7 @@ use futures::FutureExt;
 
 use crate::api::duration;
 use crate::controller::{self, Options};
+use crate::leader::layout::{self, Layout};
 use crate::leader::shards::ShardConfig;
 use crate::leader::{LeaderElector, LeaseConfig, default_identity};
 use crate::telemetry::health::Readiness;
@@ -173,7 +174,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             &operator_namespace,
             default_identity(),
         );
-        let elector = LeaderElector::new(client.clone(), lease)?.with_metrics(metrics);
+        // Fenced like shards, so that a rollout from `--shards` to `--leader-elect` (or back)
+        // never has both layouts reconciling (leader::layout).
+        let fencing = layout::start(client.clone(), lease.clone(), Layout::Leader);
+        let elector = LeaderElector::new(client.clone(), lease)?
+            .with_metrics(metrics)
+            .with_fence(fencing.fence());
         lead(elector, readiness, shutdown.clone(), |stop| {
             controller::run(client, registry, config, stop)
         })

@@ -7,6 +7,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, sleep_until, timeout, timeout_at};
 
+use super::fence::Fence;
 use super::record::{self, Decision, Observed};
 use super::{LeaderError, LeaseConfig};
 use crate::telemetry::metrics::Metrics;
@@ -18,6 +19,7 @@ pub struct LeaderElector {
     config: LeaseConfig,
     metrics: Option<Metrics>,
     gate: Option<watch::Receiver<bool>>,
+    fence: Option<watch::Receiver<Fence>>,
 }
 
 /// A running election, started by [`LeaderElector::start`].
@@ -85,6 +87,7 @@ impl LeaderElector {
             config,
             metrics: None,
             gate: None,
+            fence: None,
         })
     }
 
@@ -94,6 +97,14 @@ impl LeaderElector {
     /// duration of fresh observation (a standby for a shard, `shards.rs`).
     pub fn with_gate(mut self, gate: watch::Receiver<bool>) -> Self {
         self.gate = Some(gate);
+        self
+    }
+
+    /// Hold the Lease only as `fence` admits (`fence.rs`): a candidate whose layout is not in
+    /// force, or a Lease stamped by a newer layout generation, is never created, taken or
+    /// renewed, and every write stamps the Lease with this candidate's generation.
+    pub fn with_fence(mut self, fence: watch::Receiver<Fence>) -> Self {
+        self.fence = Some(fence);
         self
     }
 
@@ -243,6 +254,12 @@ impl LeaderElector {
     async fn attempt(&self, observed: &mut Option<Observed>) -> Result<Attempt, kube::Error> {
         let config = &self.config;
         let current = self.api.get_opt(&config.name).await?;
+        let fence = self.fence.as_ref().map_or(Fence::Unfenced, |f| *f.borrow());
+        if !fence.admits(current.as_ref()) {
+            return Ok(Attempt::HeldBy(
+                "(nobody this candidate's layout generation may displace)".to_owned(),
+            ));
+        }
         let decision = record::decide(
             current.as_ref(),
             &config.identity,
@@ -259,21 +276,23 @@ impl LeaderElector {
                 ));
             }
             (Decision::Create, _) | (_, None) => {
-                let lease = record::created(
+                let mut lease = record::created(
                     &config.name,
                     &config.identity,
                     config.lease_duration,
                     Timestamp::now(),
                 );
+                fence.stamp(&mut lease);
                 self.api.create(&PostParams::default(), &lease).await
             }
             (Decision::Take | Decision::Renew, Some(lease)) => {
-                let lease = record::held(
+                let mut lease = record::held(
                     lease,
                     &config.identity,
                     config.lease_duration,
                     Timestamp::now(),
                 );
+                fence.stamp(&mut lease);
                 self.api
                     .replace(&config.name, &PostParams::default(), &lease)
                     .await

@@ -57,7 +57,9 @@
 
 mod assignment;
 mod elector;
+mod fence;
 mod held;
+pub mod layout;
 mod partition;
 mod record;
 pub mod shards;
@@ -65,6 +67,7 @@ pub mod shards;
 use std::time::Duration;
 
 pub use elector::{LeaderElector, Leadership};
+pub use fence::Fence;
 pub use held::Holding;
 
 /// Which Lease to campaign for, as whom, and how fast.

@@ -18,6 +18,8 @@
 //!   elector says this process holds that shard's Lease, with the elector's guarantee (see
 //!   [`crate::leader`]); a reconcile in flight is dropped as soon as it says otherwise
 //!   (`tests/tests/operator/operator_sharding.rs`, an overlap detector on the plugin call log).
+//!   Replicas with another shard count, or leader-elected ones, are kept out by the layout
+//!   fence (`layout.rs`): only one layout's Leases are held at a time.
 //! - The shard of a VM depends on its uid and `count` only (FNV-1a, stable across builds and
 //!   replicas): every replica agrees on it (`partition::tests::shard_is_stable`).
 //! - Membership only decides who *campaigns*; safety never rests on it, so a wrong view of
@@ -35,6 +37,7 @@ use tokio::sync::watch;
 
 use super::assignment::{Role, roles};
 pub use super::held::{Shards, shards};
+use super::layout::{self, LAYOUT_ANNOTATION, Layout, shard_lease};
 use super::partition::fnv1a;
 pub use super::partition::{shard_of, shard_selector};
 use super::{LeaderElector, Leadership, LeaseConfig};
@@ -46,7 +49,9 @@ pub const GROUP_LABEL: &str = "vmop.dev/shard-group";
 /// Which shard group, as whom, and how fast (each shard's Lease uses `lease`'s timings).
 #[derive(Debug, Clone)]
 pub struct ShardConfig {
-    /// Lease names start with it: `<group>-shard-<n>`, `<group>-member-<hash>`.
+    /// Lease names start with it: `<group>-shard-<n>`, `<group>-member-<hash>`, and the
+    /// group's `<group>-layout` (`layout.rs`), shared with `--leader-elect` replicas whose
+    /// leader Lease is `<group>`.
     pub group: String,
     pub count: u32,
     /// Namespace, identity and timings; its name is ignored.
@@ -127,6 +132,14 @@ pub async fn run(
     let me = config.lease.identity.clone();
     let member = format!("{}-member-{:016x}", config.group, fnv1a(&[me.as_bytes()]));
     let alive = config.lease.retry_period * ALIVE_RETRIES;
+    let fencing = layout::start(
+        client.clone(),
+        LeaseConfig {
+            name: config.group.clone(),
+            ..config.lease.clone()
+        },
+        Layout::Shards(config.count),
+    );
     let mut campaigns: BTreeMap<u32, Campaign> = BTreeMap::new();
     let mut ticks = tokio::time::interval(config.lease.retry_period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -174,10 +187,13 @@ pub async fn run(
                 continue;
             }
             let mut lease = config.lease.clone();
-            lease.name = format!("{}-shard-{shard}", config.group);
+            lease.name = shard_lease(&config.group, shard);
             let (gate, gated) = watch::channel(open);
             let elector = match LeaderElector::new(client.clone(), lease) {
-                Ok(elector) => elector.with_metrics(metrics.clone()).with_gate(gated),
+                Ok(elector) => elector
+                    .with_metrics(metrics.clone())
+                    .with_gate(gated)
+                    .with_fence(fencing.fence()),
                 Err(e) => {
                     tracing::error!(error = %e, "invalid shard Lease settings");
                     return;
@@ -240,6 +256,7 @@ async fn renew_member(
     counts: &BTreeMap<String, u32>,
 ) -> kube::Result<()> {
     let counts = serde_json::to_string(counts).unwrap_or_default();
+    let layout = Layout::Shards(config.count).to_string();
     let now = MicroTime(Timestamp::now());
     let seconds = i32::try_from(config.lease.lease_duration.as_secs()).unwrap_or(i32::MAX);
     let spec = LeaseSpec {
@@ -251,11 +268,9 @@ async fn renew_member(
     match api.get_opt(name).await? {
         Some(mut lease) => {
             lease.spec = Some(spec);
-            lease
-                .metadata
-                .annotations
-                .get_or_insert_default()
-                .insert(COUNTS_ANNOTATION.to_owned(), counts);
+            let annotations = lease.metadata.annotations.get_or_insert_default();
+            annotations.insert(COUNTS_ANNOTATION.to_owned(), counts);
+            annotations.insert(LAYOUT_ANNOTATION.to_owned(), layout);
             api.replace(name, &PostParams::default(), &lease).await?;
         }
         None => {
@@ -263,7 +278,13 @@ async fn renew_member(
                 metadata: ObjectMeta {
                     name: Some(name.to_owned()),
                     labels: Some([(GROUP_LABEL.to_owned(), config.group.clone())].into()),
-                    annotations: Some([(COUNTS_ANNOTATION.to_owned(), counts)].into()),
+                    annotations: Some(
+                        [
+                            (COUNTS_ANNOTATION.to_owned(), counts),
+                            (LAYOUT_ANNOTATION.to_owned(), layout),
+                        ]
+                        .into(),
+                    ),
                     ..ObjectMeta::default()
                 },
                 spec: Some(spec),
@@ -274,8 +295,10 @@ async fn renew_member(
     Ok(())
 }
 
-/// The members whose Lease was renewed within its duration, with how long ago (by the wall
-/// clock: membership decides balance only), and the sum of their [`COUNTS_ANNOTATION`]s.
+/// The members of this replica's layout whose Lease was renewed within its duration, with how
+/// long ago (by the wall clock: membership decides balance only), and the sum of their
+/// [`COUNTS_ANNOTATION`]s. Members of another shard count (a rollout) are left out: shards are
+/// assigned among those that can hold them.
 async fn live_members(
     api: &Api<Lease>,
     config: &ShardConfig,
@@ -283,10 +306,15 @@ async fn live_members(
     let selector = format!("{GROUP_LABEL}={}", config.group);
     let list = api.list(&ListParams::default().labels(&selector)).await?;
     let now = Timestamp::now();
+    let layout = Layout::Shards(config.count).to_string();
     let mut totals = BTreeMap::new();
     let mut members: BTreeMap<String, Duration> = list
         .items
         .into_iter()
+        .filter(|lease| {
+            let annotations = lease.metadata.annotations.as_ref();
+            annotations.and_then(|a| a.get(LAYOUT_ANNOTATION)) == Some(&layout)
+        })
         .filter_map(|lease| {
             let spec = lease.spec?;
             let renewed = spec.renew_time?.0;

@@ -105,6 +105,23 @@ impl Operator {
         }
     }
 
+    /// Sends `signal` (a name `kill -s` knows: `TERM`, `STOP`, `CONT`) to the process.
+    pub fn signal(&self, signal: &str) -> anyhow::Result<()> {
+        let pid = self.child.id().context("the operator has exited")?;
+        let status = std::process::Command::new("kill")
+            .args(["-s", signal, &pid.to_string()])
+            .status()
+            .context("failed to run kill")?;
+        anyhow::ensure!(status.success(), "kill -s {signal} {pid} failed: {status}");
+        Ok(())
+    }
+
+    /// Stops the process as Kubernetes stops a Pod (SIGTERM) and waits for it to exit.
+    pub async fn terminate(&mut self) -> anyhow::Result<ExitStatus> {
+        self.signal("TERM")?;
+        self.wait_exit().await
+    }
+
     /// Kills the process and waits for it.
     pub async fn kill(&mut self) -> anyhow::Result<()> {
         self.child.kill().await?;

@@ -25,6 +25,7 @@ mod operator_deletion;
 mod operator_drift;
 mod operator_errors;
 mod operator_idempotency;
+mod operator_layout;
 mod operator_leader;
 mod operator_lifecycle;
 mod operator_location;

@@ -31,7 +31,7 @@ const RETRY_PERIOD: Duration = Duration::from_secs(2);
 const DEADLINE: Duration = Duration::from_secs(240);
 const PLUGIN: &str = "testcloud.wasm";
 
-async fn provider(env: &Env, cloud: &Cloud) -> anyhow::Result<String> {
+pub(crate) async fn provider(env: &Env, cloud: &Cloud) -> anyhow::Result<String> {
     let mut pc = env.provider_config("tc", "unused");
     pc.spec.plugin.path = PLUGIN.to_owned();
     pc.spec.config = [("endpoint".to_owned(), cloud.endpoint().to_owned())].into();
@@ -48,14 +48,14 @@ async fn provider(env: &Env, cloud: &Cloud) -> anyhow::Result<String> {
     Ok(pc.name_any())
 }
 
-fn is_ready(vm: &VirtualMachine) -> bool {
+pub(crate) fn is_ready(vm: &VirtualMachine) -> bool {
     vm.status
         .as_ref()
         .is_some_and(|s| conditions::is_true(&s.conditions, conditions::READY))
 }
 
 /// Waits until `done` holds for the list of VMs, or fails after [`DEADLINE`].
-async fn wait_vms(
+pub(crate) async fn wait_vms(
     env: &Env,
     what: &str,
     done: impl Fn(&[VirtualMachine]) -> bool,
@@ -156,10 +156,10 @@ async fn wait_vm_count(env: &Env, provider: &str, want: usize) -> anyhow::Result
 }
 
 /// One plugin call: when it ended, the replica that made it, and the operation.
-type Call = (String, usize, String);
+pub(crate) type Call = (String, usize, String);
 
 /// Calls per VM name, in time order (a replica's own calls in its log's order).
-fn calls_by_vm(operators: &[Operator]) -> BTreeMap<String, Vec<Call>> {
+pub(crate) fn calls_by_vm(operators: &[Operator]) -> BTreeMap<String, Vec<Call>> {
     let mut by_vm: BTreeMap<String, Vec<Call>> = BTreeMap::new();
     for (replica, operator) in operators.iter().enumerate() {
         for ProviderCall {
@@ -180,7 +180,7 @@ fn calls_by_vm(operators: &[Operator]) -> BTreeMap<String, Vec<Call>> {
 }
 
 /// The replicas that made calls for `vm`, in the order they took over.
-fn handovers(calls: &[Call]) -> Vec<usize> {
+pub(crate) fn handovers(calls: &[Call]) -> Vec<usize> {
     let mut order: Vec<usize> = Vec::new();
     for (_, replica, _) in calls {
         if order.last() != Some(replica) {
