@@ -84,7 +84,10 @@ mod tests {
         assert!(open.admits(Some(&lease_at(None))));
         assert!(open.admits(Some(&lease_at(Some(2)))));
         assert!(open.admits(Some(&lease_at(Some(3)))));
-        assert!(!open.admits(Some(&lease_at(Some(4)))), "stamped by a newer layout");
+        assert!(
+            !open.admits(Some(&lease_at(Some(4)))),
+            "stamped by a newer layout"
+        );
         assert!(!Fence::Closed.admits(None));
         assert!(!Fence::Closed.admits(Some(&lease_at(Some(0)))));
         assert!(Fence::Unfenced.admits(Some(&lease_at(Some(9)))));
