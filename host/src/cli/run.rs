@@ -229,11 +229,15 @@ where
         }
     }
     tracing::info!("leading: starting the controllers");
-    let mut lost = leadership.subscribe();
-    let lost = async move {
-        let _ = lost.wait_for(|l| !*l).await;
-    };
+    // The Lease's own deadline, checked before the work is polled: a process resuming from a
+    // freeze stops before it acts, even if the election task has not run yet.
+    let mut validity = leadership.validity();
+    let lost = async move { validity.lost().await };
     tokio::select! {
+        biased;
+        () = lost => {
+            anyhow::bail!("lost the leader Lease; exiting so that a restart campaigns again")
+        }
         result = work(shutdown.clone().boxed()) => {
             // The controllers have stopped either way: hand the Lease over now rather than
             // make a standby wait for it to expire, then report the work's own error first.
@@ -244,9 +248,6 @@ where
             result?;
             released?;
             Ok(())
-        }
-        () = lost => {
-            anyhow::bail!("lost the leader Lease; exiting so that a restart campaigns again")
         }
     }
 }

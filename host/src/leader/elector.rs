@@ -9,6 +9,7 @@ use tokio::time::{Instant, sleep, sleep_until, timeout, timeout_at};
 
 use super::fence::Fence;
 use super::record::{self, Decision, Observed};
+use super::validity::Validity;
 use super::{LeaderError, LeaseConfig};
 use crate::telemetry::metrics::Metrics;
 
@@ -30,6 +31,7 @@ pub struct LeaderElector {
 #[derive(Debug)]
 pub struct Leadership {
     leading: watch::Receiver<bool>,
+    until: watch::Receiver<Option<Instant>>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<Result<(), LeaderError>>>,
 }
@@ -59,16 +61,30 @@ enum StepDown {
 /// unless a live task holds the lease.
 struct Publisher {
     tx: watch::Sender<bool>,
+    /// While leading: the renew deadline of the last successful renewal ([`Validity`]).
+    until: watch::Sender<Option<Instant>>,
     metrics: Option<Metrics>,
     lease: String,
 }
 
 impl Publisher {
     fn set(&self, leading: bool) {
+        if !leading {
+            self.until.send_replace(None);
+        }
         self.tx.send_replace(leading);
         if let Some(metrics) = &self.metrics {
             metrics.set_leader(&self.lease, leading);
         }
+    }
+}
+
+impl Publisher {
+    /// Leading until `until` unless renewed again: published before `true`, so that a
+    /// [`Validity`] never sees `true` without a deadline.
+    fn lead_until(&self, until: Instant) {
+        self.until.send_replace(Some(until));
+        self.set(true);
     }
 }
 
@@ -117,9 +133,11 @@ impl LeaderElector {
     /// Starts campaigning in a background task.
     pub fn start(self) -> Leadership {
         let (tx, leading) = watch::channel(false);
+        let (until_tx, until) = watch::channel(None);
         let (stop_tx, stop_rx) = oneshot::channel();
         let publisher = Publisher {
             tx,
+            until: until_tx,
             metrics: self.metrics.clone(),
             lease: self.config.name.clone(),
         };
@@ -127,6 +145,7 @@ impl LeaderElector {
         let task = tokio::spawn(self.run(publisher, stop_rx));
         Leadership {
             leading,
+            until,
             stop: Some(stop_tx),
             task: Some(task),
         }
@@ -145,9 +164,11 @@ impl LeaderElector {
                 stopped = &mut stop => return self.stopped(stopped).await,
                 at = self.campaign(&mut observed) => at,
             };
-            publisher.set(true);
+            publisher.lead_until(acquired_at + config.renew_deadline);
             tracing::info!(lease = %config.name, identity = %config.identity, "became the leader");
-            let reason = self.lead(acquired_at, &mut observed, &mut stop).await;
+            let reason = self
+                .lead(acquired_at, &mut observed, &mut stop, &publisher)
+                .await;
             publisher.set(false);
             match reason {
                 StepDown::Stopped(stopped) => return self.stopped(stopped).await,
@@ -206,6 +227,7 @@ impl LeaderElector {
         acquired_at: Instant,
         observed: &mut Option<Observed>,
         stop: &mut oneshot::Receiver<()>,
+        publisher: &Publisher,
     ) -> StepDown {
         let mut renewed_at = acquired_at;
         loop {
@@ -215,7 +237,10 @@ impl LeaderElector {
                 biased;
                 stopped = &mut *stop => return StepDown::Stopped(stopped),
                 outcome = renewal => match outcome {
-                    Ok(Ok(at)) => renewed_at = at,
+                    Ok(Ok(at)) => {
+                        renewed_at = at;
+                        publisher.lead_until(at + self.config.renew_deadline);
+                    }
                     Ok(Err(holder)) => return StepDown::TakenBy(holder),
                     Err(_elapsed) => return StepDown::DeadlinePassed,
                 },
@@ -342,6 +367,15 @@ impl Leadership {
     /// while it is `true`, and stop at once when it turns `false`.
     pub fn subscribe(&self) -> watch::Receiver<bool> {
         self.leading.clone()
+    }
+
+    /// Leadership with its deadline: a holder's own check that its Lease is still valid,
+    /// which holds even before the election task has run again after a freeze.
+    pub fn validity(&self) -> Validity {
+        Validity {
+            leading: self.leading.clone(),
+            until: self.until.clone(),
+        }
     }
 
     pub fn is_leading(&self) -> bool {

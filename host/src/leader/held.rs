@@ -9,10 +9,12 @@ use std::time::Duration;
 
 use tokio::sync::{OwnedRwLockReadGuard, RwLock, watch};
 
+use super::validity::Validity;
+
 /// This replica's view of which shards it holds.
 pub struct Shards {
     count: u32,
-    pub(super) held: Mutex<BTreeMap<u32, watch::Receiver<bool>>>,
+    pub(super) held: Mutex<BTreeMap<u32, Validity>>,
     /// The shards held, announced on every acquisition and loss.
     held_set: watch::Sender<BTreeSet<u32>>,
     /// The live members' [`COUNTS_ANNOTATION`]s, summed at the last retry period.
@@ -44,7 +46,7 @@ impl Shards {
         }
         let lease = {
             let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-            held.get(&shard).filter(|rx| *rx.borrow()).cloned()?
+            held.get(&shard).filter(|v| v.is_valid()).cloned()?
         };
         Some(Holding {
             shard,
@@ -62,7 +64,7 @@ impl Shards {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .get(&shard)
-                .is_some_and(|rx| *rx.borrow())
+                .is_some_and(Validity::is_valid)
     }
 
     /// Stops reconciling `shard` and waits, at most `within`, until every reconcile of it in
@@ -128,7 +130,7 @@ impl Shards {
     pub fn held_now(&self) -> Vec<u32> {
         let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         held.iter()
-            .filter(|(_, rx)| *rx.borrow())
+            .filter(|(_, v)| v.is_valid())
             .map(|(s, _)| *s)
             .collect()
     }
@@ -174,20 +176,22 @@ impl Gates {
 #[derive(Debug)]
 pub struct Holding {
     pub(super) shard: u32,
-    /// The shard's elector: `false` once the Lease is lost.
-    pub(super) lease: watch::Receiver<bool>,
+    /// The shard's Lease: invalid once lost, or once its renew deadline passed.
+    pub(super) lease: Validity,
     /// The shards held: without this one once it is being handed over.
     pub(super) held: watch::Receiver<BTreeSet<u32>>,
     pub(super) _gate: OwnedRwLockReadGuard<()>,
 }
 
 impl Holding {
-    /// Resolves when the reconcile must stop: the Lease is lost, or the shard is being handed
-    /// over (and waits for this hold to be dropped).
+    /// Resolves when the reconcile must stop: the Lease is lost or past its renew deadline
+    /// (checked first, so that a process resuming from a freeze stops before it acts), or the
+    /// shard is being handed over (and waits for this hold to be dropped).
     pub async fn lost(&mut self) {
         let shard = self.shard;
         tokio::select! {
-            _ = self.lease.wait_for(|holding| !*holding) => {}
+            biased;
+            () = self.lease.lost() => {}
             _ = self.held.wait_for(|held| !held.contains(&shard)) => {}
         }
     }
@@ -201,12 +205,14 @@ mod tests {
     async fn a_hand_over_waits_for_the_reconciles_in_flight() {
         use std::sync::atomic::{AtomicBool, Ordering};
         let shards = shards(2);
-        let (_lease, rx) = watch::channel(true);
+        let (_lease, leading) = watch::channel(true);
+        let until = tokio::time::Instant::now() + Duration::from_secs(3600);
+        let (_until, until) = watch::channel(Some(until));
         shards
             .held
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(1, rx);
+            .insert(1, Validity { leading, until });
         shards.mark(1, true);
         let mut holding = shards.holding(1).expect("held and announced");
         let ended = Arc::new(AtomicBool::new(false));

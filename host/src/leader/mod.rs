@@ -48,9 +48,12 @@
 //! # Caveats
 //!
 //! - Expiry is judged on this process's monotonic clock from when it last saw the record
-//!   change, never from `renewTime`, so wall-clock skew between nodes is harmless; a process
-//!   frozen (SIGSTOP, a VM pause) longer than `lease_duration - renew_deadline` can still
-//!   overlap by that much once it resumes, as with every lease-based election.
+//!   change, never from `renewTime`, so wall-clock skew between nodes is harmless. A process
+//!   frozen (SIGSTOP, a VM pause) past its Lease checks [`Validity`] (the last renewal's
+//!   deadline, by its own monotonic clock) before it acts again, so it stops before the
+//!   election task has even run (`tests/tests/operator/operator_freeze.rs`); only a call
+//!   already in flight when it froze can reach the cloud after another holder started, as with
+//!   every lease-based election.
 //! - A missing Lease is free: if someone deletes it while a leader holds it, a candidate may
 //!   create it at once, and the old leader steps down at its next renewal (within
 //!   `retry_period`). Do not delete the Lease of a running operator.
@@ -63,12 +66,14 @@ pub mod layout;
 mod partition;
 mod record;
 pub mod shards;
+mod validity;
 
 use std::time::Duration;
 
 pub use elector::{LeaderElector, Leadership};
 pub use fence::Fence;
 pub use held::Holding;
+pub use validity::Validity;
 
 /// Which Lease to campaign for, as whom, and how fast.
 #[derive(Debug, Clone, PartialEq, Eq)]

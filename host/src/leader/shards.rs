@@ -205,7 +205,7 @@ pub async fn run(
                 .held
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .insert(shard, rx.clone());
+                .insert(shard, leadership.validity());
             let announcer = tokio::spawn(announce(shard, rx, shards.clone(), hooks.clone()));
             campaigns.insert(
                 shard,

@@ -91,6 +91,8 @@ pub struct ProviderCall {
     pub vm: String,
     pub op: String,
     pub outcome: String,
+    /// How long the call took (from its start to the log line's `timestamp`).
+    pub elapsed_ms: u64,
 }
 
 impl Operator {
@@ -158,6 +160,10 @@ impl Operator {
                     vm: field("vm"),
                     op: field("op"),
                     outcome: field("outcome"),
+                    elapsed_ms: fields
+                        .get("elapsed_ms")
+                        .and_then(serde_json::Value::as_u64)
+                        .unwrap_or(0),
                 })
             })
             .collect()

@@ -24,6 +24,7 @@ mod operator_day2_pause;
 mod operator_deletion;
 mod operator_drift;
 mod operator_errors;
+mod operator_freeze;
 mod operator_idempotency;
 mod operator_layout;
 mod operator_leader;

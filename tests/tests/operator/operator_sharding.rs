@@ -77,8 +77,10 @@ pub(crate) async fn wait_vms(
 /// Waits until every replica counts all of them as members (it has then handed over what it
 /// no longer ranks first) and every shard is held by exactly one; returns the shards per
 /// replica.
-async fn wait_spread(operators: &[Operator]) -> anyhow::Result<Vec<Vec<u32>>> {
-    let shards: u32 = SHARDS.parse()?;
+pub(crate) async fn wait_spread(
+    operators: &[Operator],
+    shards: u32,
+) -> anyhow::Result<Vec<Vec<u32>>> {
     let started = Instant::now();
     loop {
         let mut held = Vec::new();
@@ -211,7 +213,7 @@ async fn three_replicas_share_the_vms_and_take_over_a_killed_ones() -> anyhow::R
 
     // Until each shard has settled on its first-ranked replica, early starters hand shards
     // over to later ones: VMs created meanwhile would rightly change hands.
-    let spread = wait_spread(&operators).await?;
+    let spread = wait_spread(&operators, SHARDS.parse()?).await?;
     eprintln!("shards held per replica: {spread:?}");
     let loads: Vec<usize> = spread.iter().map(Vec::len).collect();
     ensure!(

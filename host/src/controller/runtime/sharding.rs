@@ -47,9 +47,11 @@ pub async fn while_holding(
         return Ok(Action::await_change());
     };
     // The hold is dropped after the reconcile: a hand-over of the shard waits for both.
+    // Loss first: a process resuming from a freeze polls this before the reconcile acts.
     tokio::select! {
-        result = reconcile => result,
+        biased;
         () = holding.lost() => Ok(Action::await_change()),
+        result = reconcile => result,
     }
 }
 
