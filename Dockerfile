@@ -9,6 +9,10 @@
 # Cranelift (plugin compilation) and tokio allocate heavily from many threads, where musl's
 # allocator is much slower; and the glibc build is the one the tests exercise. Builder and
 # runtime are the same Debian release, so the glibc the binary was linked against is present.
+#
+# Without a container engine, scripts/image.sh builds the same final stage from the same inputs
+# (the binary, the libraries it links, CA certificates, the nonroot user) as an OCI archive;
+# that is the image the in-cluster tests run.
 
 ARG RUST_VERSION=1.95
 
