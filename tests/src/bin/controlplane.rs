@@ -21,6 +21,9 @@ struct Args {
     /// Also start kube-controller-manager (garbage collector, namespace controller).
     #[arg(long)]
     controller_manager: bool,
+    /// Also start a node (containerd, kubelet, kube-scheduler) that runs hostNetwork Pods.
+    #[arg(long)]
+    node: bool,
     /// Readiness deadline per component, in seconds.
     #[arg(long, env = vmop_tests::controlplane::TIMEOUT_ENV, default_value_t = 120)]
     timeout: u64,
@@ -40,6 +43,7 @@ async fn main() -> anyhow::Result<()> {
     let options = Options {
         timeout: std::time::Duration::from_secs(args.timeout),
         apiserver_args: args.apiserver_args,
+        node: args.node,
     };
     let control_plane = ControlPlane::start_with(options)
         .await

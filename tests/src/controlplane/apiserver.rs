@@ -13,12 +13,18 @@ const CERT_DIR: &str = "apiserver-certs";
 
 /// Starts kube-apiserver against `etcd_url`. `admin` is a client configuration for an identity
 /// allowed to read `/readyz`; its cluster URL is replaced by the apiserver's.
+///
+/// The ServiceAccount admission plugin is off (as in envtest: no controller creates the
+/// `default` ServiceAccounts it requires) unless `service_accounts`, which a control plane
+/// with a node asks for so that its Pods get their token volumes.
+#[allow(clippy::too_many_arguments)]
 pub async fn start(
     program: &Path,
     dir: &Path,
     pki: &Pki,
     etcd_url: &str,
     admin: &kube::Config,
+    service_accounts: bool,
     extra_args: &[String],
     timeout: Duration,
 ) -> Result<Launched, LaunchError> {
@@ -43,7 +49,10 @@ pub async fn start(
                     "--service-cluster-ip-range=10.0.0.0/24".to_owned(),
                     "--allow-privileged=true".to_owned(),
                     "--authorization-mode=RBAC".to_owned(),
-                    "--disable-admission-plugins=ServiceAccount".to_owned(),
+                    match service_accounts {
+                        true => "--enable-admission-plugins=ServiceAccount".to_owned(),
+                        false => "--disable-admission-plugins=ServiceAccount".to_owned(),
+                    },
                     // What the operator's sharded VM watch asks for (alpha, off by default).
                     "--feature-gates=ShardedListAndWatch=true".to_owned(),
                     format!("--service-account-issuer=https://127.0.0.1:{port}"),

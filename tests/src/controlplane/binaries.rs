@@ -21,15 +21,15 @@ const TOOLS: [&str; 4] = [
 pub enum BinariesError {
     #[error("{path} is missing: {BIN_DIR_ENV} must name a directory holding {TOOLS:?}")]
     MissingInEnvDir { path: PathBuf },
-    #[error("failed to run the control-plane build script {script}")]
+    #[error("failed to run the build script {script}")]
     RunScript {
         script: PathBuf,
         #[source]
         source: io::Error,
     },
-    #[error("the control-plane build script {script} failed ({status}); its output is above")]
+    #[error("the build script {script} failed ({status}); its output is above")]
     ScriptFailed { script: PathBuf, status: String },
-    #[error("the control-plane build script printed {dir}, which lacks {missing}")]
+    #[error("the build script printed {dir}, which lacks {missing}")]
     MissingInCache { dir: PathBuf, missing: String },
 }
 
@@ -84,44 +84,52 @@ impl Binaries {
 
     fn build() -> Result<Self, BinariesError> {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("controlplane/build.sh");
-        let started = Instant::now();
-        eprintln!("controlplane: locating binaries with {}", script.display());
-        let output = Command::new(&script)
-            .stdin(Stdio::null())
-            .stderr(Stdio::inherit())
-            .output()
-            .map_err(|source| BinariesError::RunScript {
-                script: script.clone(),
-                source,
-            })?;
-        if !output.status.success() {
-            return Err(BinariesError::ScriptFailed {
-                script,
-                status: output.status.to_string(),
-            });
-        }
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let dir = PathBuf::from(
-            stdout
-                .lines()
-                .rev()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("")
-                .trim(),
-        );
+        let dir = run_build_script(&script, "controlplane")?;
         if let Some(missing) = first_missing(&dir) {
             return Err(BinariesError::MissingInCache {
                 dir,
                 missing: missing.display().to_string(),
             });
         }
-        eprintln!(
-            "controlplane: binaries ready in {} ({:.1} s)",
-            dir.display(),
-            started.elapsed().as_secs_f64()
-        );
         Ok(Self { dir })
     }
+}
+
+/// Runs a build script of `tests/` (controlplane/build.sh, node/build.sh) with its progress on
+/// our stderr and returns the directory it prints on its last line of stdout. `label` prefixes
+/// the progress lines. Blocks while the script builds (minutes the first time).
+pub(super) fn run_build_script(script: &Path, label: &str) -> Result<PathBuf, BinariesError> {
+    let started = Instant::now();
+    eprintln!("{label}: locating binaries with {}", script.display());
+    let output = Command::new(script)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|source| BinariesError::RunScript {
+            script: script.to_path_buf(),
+            source,
+        })?;
+    if !output.status.success() {
+        return Err(BinariesError::ScriptFailed {
+            script: script.to_path_buf(),
+            status: output.status.to_string(),
+        });
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let dir = PathBuf::from(
+        stdout
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("")
+            .trim(),
+    );
+    eprintln!(
+        "{label}: binaries ready in {} ({:.1} s)",
+        dir.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(dir)
 }
 
 fn first_missing(dir: &Path) -> Option<PathBuf> {

@@ -4,7 +4,9 @@
 //!
 //! One control plane per test binary ([`ControlPlane::shared`]), one namespace per test
 //! ([`create_namespace`]); a test that restarts the API server uses [`ControlPlane::isolated`],
-//! one that counts what the API server serves a [`ControlPlane::dedicated`] one. Every
+//! one that counts what the API server serves a [`ControlPlane::dedicated`] one. A test that
+//! runs Pods asks for a control plane with a node ([`ControlPlane::with_node`],
+//! [`ControlPlane::shared_with_node`]; see [`node`]); the others never start one. Every
 //! `#[tokio::test]` has its own runtime, so the control plane keeps only paths, URLs and
 //! processes; ask it for a fresh [`kube::Client`] in each test.
 //!
@@ -19,6 +21,7 @@ mod etcd;
 mod kubeconfig;
 mod launch;
 mod namespaces;
+pub mod node;
 mod pki;
 mod ports;
 mod process;
@@ -38,6 +41,7 @@ pub use binaries::{BIN_DIR_ENV, Binaries, BinariesError};
 pub use kubeconfig::{Credentials, KubeconfigError};
 pub use launch::LaunchError;
 pub use namespaces::create_namespace;
+pub use node::{NODE_BIN_DIR_ENV, NODE_NAME, Node, NodeError};
 pub use pki::PkiError;
 use process::Process;
 
@@ -68,6 +72,8 @@ pub enum ControlPlaneError {
     UnnamedNamespace,
     #[error("a blocking start-up task failed")]
     Join(#[source] tokio::task::JoinError),
+    #[error("failed to start the node")]
+    Node(#[source] NodeError),
 }
 
 /// How a control plane is started.
@@ -78,6 +84,10 @@ pub struct Options {
     /// Extra kube-apiserver flags (`--name=value`), after the harness's own: a later
     /// occurrence of a flag overrides an earlier one.
     pub apiserver_args: Vec<String>,
+    /// Whether to start a node (containerd, kubelet, kube-scheduler; see [`node`]) with the
+    /// controllers Pods need and the ServiceAccount admission plugin. Off by default: it
+    /// costs seconds and runs containers.
+    pub node: bool,
 }
 
 impl Default for Options {
@@ -90,12 +100,14 @@ impl Default for Options {
         Self {
             timeout,
             apiserver_args: Vec::new(),
+            node: false,
         }
     }
 }
 
 static SHARED: tokio::sync::OnceCell<ControlPlane> = tokio::sync::OnceCell::const_new();
 static ISOLATED: tokio::sync::OnceCell<ControlPlane> = tokio::sync::OnceCell::const_new();
+static WITH_NODE: tokio::sync::OnceCell<ControlPlane> = tokio::sync::OnceCell::const_new();
 /// [`ControlPlane::dedicated`] by name. Each cell is leaked once, so that it lives as long as the
 /// process, like the statics above.
 static DEDICATED: Mutex<BTreeMap<&'static str, &'static tokio::sync::OnceCell<ControlPlane>>> =
@@ -109,6 +121,10 @@ extern "C" fn stop_shared() {
 
 extern "C" fn stop_isolated() {
     stop_static(&ISOLATED);
+}
+
+extern "C" fn stop_with_node() {
+    stop_static(&WITH_NODE);
 }
 
 extern "C" fn stop_dedicated() {
@@ -131,11 +147,13 @@ fn stop_static(cell: &tokio::sync::OnceCell<ControlPlane>) {
     }
 }
 
-/// A running etcd + kube-apiserver (+ optional kube-controller-manager).
+/// A running etcd + kube-apiserver (+ optional kube-controller-manager, + optional node).
 ///
-/// Fields drop in declaration order: processes are killed before their directory is removed.
+/// Fields drop in declaration order: the node stops first (its containers, mounts and cgroups
+/// go), then the other processes are killed, then their directory is removed.
 #[derive(Debug)]
 pub struct ControlPlane {
+    node: Option<Node>,
     binaries: Binaries,
     pki: pki::Pki,
     options: Options,
@@ -176,6 +194,29 @@ impl ControlPlane {
                 Ok(control_plane)
             })
             .await
+    }
+
+    /// The control plane with a node shared by the tests of this binary that run Pods, apart
+    /// from [`Self::shared`] (which has none). Started on first use, stopped at exit like the
+    /// shared one, node included.
+    pub async fn shared_with_node() -> Result<&'static Self, ControlPlaneError> {
+        WITH_NODE
+            .get_or_try_init(|| async {
+                let control_plane = Self::with_node().await?;
+                at_exit::register(stop_with_node);
+                Ok(control_plane)
+            })
+            .await
+    }
+
+    /// Starts a control plane with a node, owned by the caller: dropping it stops the node
+    /// (leaving no container, mount or cgroup behind) and the control plane.
+    pub async fn with_node() -> Result<Self, ControlPlaneError> {
+        Self::start_with(Options {
+            node: true,
+            ..Options::default()
+        })
+        .await
     }
 
     /// A control plane of this binary for the tests that ask for it by `name` only, apart from
@@ -239,6 +280,7 @@ impl ControlPlane {
             &pki,
             &etcd.client_url,
             &admin_config,
+            options.node,
             &options.apiserver_args,
             timeout,
         )
@@ -248,7 +290,8 @@ impl ControlPlane {
         let server_url = apiserver::url(apiserver_port);
         write_admin_kubeconfig(&server_url).map_err(ControlPlaneError::Kubeconfig)?;
 
-        let control_plane = Self {
+        let mut control_plane = Self {
+            node: None,
             binaries,
             pki,
             options,
@@ -263,6 +306,22 @@ impl ControlPlane {
             dir,
         };
         control_plane.wait_for_default_namespace().await?;
+        if control_plane.options.node {
+            control_plane.ensure_controller_manager().await?;
+            let admin = admin_config_for(&control_plane).await?;
+            let context = node::Context {
+                dir: control_plane.dir.path(),
+                pki: &control_plane.pki,
+                server_url: &control_plane.server_url,
+                admin_kubeconfig: &control_plane.kubeconfig,
+                admin: &admin,
+                timeout,
+            };
+            let node = Node::start(context)
+                .await
+                .map_err(ControlPlaneError::Node)?;
+            control_plane.node = Some(node);
+        }
         eprintln!(
             "controlplane: ready in {:.1} s at {} (kubeconfig {})",
             started.elapsed().as_secs_f64(),
@@ -272,9 +331,10 @@ impl ControlPlane {
         Ok(control_plane)
     }
 
-    /// Starts kube-controller-manager (garbage collector and namespace controller) unless it
-    /// already runs. Its garbage collector discovers resource types about every 30 s, so call
-    /// this after installing the CRDs whose objects must be collected.
+    /// Starts kube-controller-manager (garbage collector and namespace controller; with a node
+    /// also [`controller_manager::NODE_CONTROLLERS`], started with the control plane) unless
+    /// it already runs. Its garbage collector discovers resource types about every 30 s, so
+    /// call this after installing the CRDs whose objects must be collected.
     pub async fn ensure_controller_manager(&self) -> Result<(), ControlPlaneError> {
         self.controller_manager
             .get_or_try_init(|| async {
@@ -286,6 +346,11 @@ impl ControlPlane {
                     self.dir.path(),
                     &self.kubeconfig,
                     &admin,
+                    match self.options.node {
+                        true => controller_manager::NODE_CONTROLLERS,
+                        false => controller_manager::CONTROLLERS,
+                    },
+                    &self.pki.ca_cert,
                     self.options.timeout,
                 )
                 .await
@@ -364,7 +429,12 @@ impl ControlPlane {
         command
     }
 
-    /// Log files of the running components, for diagnosing a failing test.
+    /// The node, if this control plane was started with one ([`Options::node`]).
+    pub fn node(&self) -> Option<&Node> {
+        self.node.as_ref()
+    }
+
+    /// Log files of the running components (the node's too), for diagnosing a failing test.
     pub fn logs(&self) -> Vec<PathBuf> {
         let mut logs = vec![
             self.etcd.log_path().to_path_buf(),
@@ -375,22 +445,35 @@ impl ControlPlane {
                 .get()
                 .map(|p| p.log_path().to_path_buf()),
         );
+        logs.extend(self.node.iter().flat_map(Node::logs));
         logs
     }
 
-    /// Process ids of the running components.
+    /// Process ids of the running components (the node's containerd, kubelet and scheduler
+    /// too).
     pub fn pids(&self) -> Vec<u32> {
         let mut pids = vec![self.etcd.pid(), self.apiserver.pid()];
         pids.extend(self.controller_manager.get().map(Process::pid));
+        pids.extend(self.node.iter().flat_map(Node::pids));
         pids
     }
 
-    /// Stops every component now (the shared instance never drops).
+    /// Stops every component now, the node first (the shared instances never drop).
     pub fn kill(&self) {
+        if let Some(node) = &self.node {
+            node.stop();
+        }
         if let Some(controller_manager) = self.controller_manager.get() {
             controller_manager.kill();
         }
         self.apiserver.kill();
         self.etcd.kill();
     }
+}
+
+/// The admin client configuration of `control_plane`, read from its kubeconfig.
+async fn admin_config_for(control_plane: &ControlPlane) -> Result<kube::Config, ControlPlaneError> {
+    kubeconfig::config(&control_plane.kubeconfig)
+        .await
+        .map_err(ControlPlaneError::Kubeconfig)
 }

@@ -1,6 +1,7 @@
 //! The control plane's temporary directory. The shared control plane is never dropped, so its
 //! directory (with etcd's data) outlives the test binary; each new one removes the directories
-//! of processes that no longer exist.
+//! of processes that no longer exist (first stopping what a node of theirs left running or
+//! mounted there, when the process was killed before its teardown).
 
 use std::io;
 use std::path::Path;
@@ -33,6 +34,8 @@ fn remove_stale(root: &Path) {
             continue;
         };
         if !Path::new(&format!("/proc/{pid}")).exists() {
+            // A node's shims, containers and mounts first, or the removal would fail on them.
+            super::node::sweep_stale(&entry.path());
             // Best effort: another process may be removing it at the same time.
             let _ = std::fs::remove_dir_all(entry.path());
         }

@@ -1,0 +1,248 @@
+//! The test control plane's node (`ControlPlane::with_node`): it starts and gets Ready, runs a
+//! hostNetwork Pod under the restricted Pod Security profile's settings and a Deployment's
+//! Pod, serves their logs through the apiserver, deletes them, and leaves nothing behind when
+//! dropped (no cgroup, mount, shim or directory).
+//!
+//! One control plane with a node for the whole binary, started and stopped by the one test:
+//! starting a node costs seconds, and the last check needs it dropped.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, ensure};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::runtime::wait::{await_condition, conditions};
+use serde_json::json;
+use vmop_tests::controlplane::{ControlPlane, NODE_NAME, create_namespace};
+
+/// Generous: the machine may be busy compiling; a test that passes never waits this long.
+const DEADLINE: Duration = Duration::from_secs(120);
+
+#[tokio::test]
+async fn a_node_runs_restricted_host_network_pods_and_leaves_nothing_behind() -> anyhow::Result<()>
+{
+    let started = Instant::now();
+    let control_plane = ControlPlane::with_node()
+        .await
+        .context("the node must start on this machine")?;
+    eprintln!(
+        "node test: control plane with a Ready node in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let node = control_plane.node().context("no node")?;
+    let client = control_plane.client().await?;
+    let namespace = create_namespace(&client, "node").await?;
+    wait_for_default_service_account(&client, &namespace).await?;
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": { "name": "pause" },
+        "spec": pod_spec(node.pause_image()),
+    }))?;
+    let pod_started = Instant::now();
+    pods.create(&PostParams::default(), &pod).await?;
+    tokio::time::timeout(
+        DEADLINE,
+        await_condition(pods.clone(), "pause", is_running_and_ready),
+    )
+    .await
+    .context("the Pod did not run within the deadline")??;
+    eprintln!(
+        "node test: Pod Running and Ready in {:.1} s",
+        pod_started.elapsed().as_secs_f64()
+    );
+    let running = pods.get("pause").await?;
+    let status = running.status.context("no status")?;
+    ensure!(
+        status.host_ip.as_deref() == Some("127.0.0.1")
+            && status.pod_ip.as_deref() == Some("127.0.0.1"),
+        "a hostNetwork Pod of the node is on loopback: host {:?}, pod {:?}",
+        status.host_ip,
+        status.pod_ip
+    );
+    ensure!(
+        running.spec.and_then(|s| s.node_name).as_deref() == Some(NODE_NAME),
+        "scheduled elsewhere"
+    );
+    // Logs go apiserver -> kubelet, on loopback; pause writes none.
+    let logs = pods.logs("pause", &Default::default()).await?;
+    ensure!(logs.is_empty(), "pause wrote {logs:?}");
+
+    delete_and_wait(&pods, "pause").await?;
+    run_a_deployment(&client, &namespace, node.pause_image()).await?;
+
+    let dir = control_plane.dir().to_path_buf();
+    let stopped = Instant::now();
+    drop(control_plane);
+    eprintln!(
+        "node test: stopped in {:.1} s",
+        stopped.elapsed().as_secs_f64()
+    );
+    assert_nothing_left(&dir)
+}
+
+/// A Pod spec that passes the restricted Pod Security profile's checks on its containers
+/// (non-root, RuntimeDefault seccomp, no capabilities, no privilege escalation, read-only
+/// root filesystem), on the host's network (which that profile itself forbids: only
+/// hostNetwork Pods run on this node).
+fn pod_spec(image: &str) -> serde_json::Value {
+    json!({
+        "hostNetwork": true,
+        "terminationGracePeriodSeconds": 5,
+        "securityContext": {
+            "runAsNonRoot": true,
+            "runAsUser": 65535,
+            "runAsGroup": 65535,
+            "seccompProfile": { "type": "RuntimeDefault" },
+        },
+        "containers": [{
+            "name": "pause",
+            "image": image,
+            "imagePullPolicy": "Never",
+            "securityContext": {
+                "allowPrivilegeEscalation": false,
+                "readOnlyRootFilesystem": true,
+                "capabilities": { "drop": ["ALL"] },
+            },
+        }],
+    })
+}
+
+/// A one-replica Deployment of the pause image becomes available (deployment and replicaset
+/// controllers, scheduler, kubelet), then goes with its Pods.
+async fn run_a_deployment(
+    client: &kube::Client,
+    namespace: &str,
+    image: &str,
+) -> anyhow::Result<()> {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    let deployment: Deployment = serde_json::from_value(json!({
+        "metadata": { "name": "pause" },
+        "spec": {
+            "replicas": 1,
+            "selector": { "matchLabels": { "app": "pause" } },
+            "template": {
+                "metadata": { "labels": { "app": "pause" } },
+                "spec": pod_spec(image),
+            },
+        },
+    }))?;
+    let started = Instant::now();
+    deployments
+        .create(&PostParams::default(), &deployment)
+        .await?;
+    let available = |d: Option<&Deployment>| {
+        d.and_then(|d| d.status.as_ref())
+            .and_then(|s| s.available_replicas)
+            == Some(1)
+    };
+    tokio::time::timeout(
+        DEADLINE,
+        await_condition(deployments.clone(), "pause", available),
+    )
+    .await
+    .context("the Deployment was not available within the deadline")??;
+    eprintln!(
+        "node test: Deployment available in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let foreground = DeleteParams::foreground();
+    deployments.delete("pause", &foreground).await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let left = pods
+            .list(&ListParams::default().labels("app=pause"))
+            .await?;
+        if left.items.is_empty() {
+            return Ok(());
+        }
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the Deployment's Pods were not deleted: {:?}",
+            left.items
+                .iter()
+                .map(|p| &p.metadata.name)
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn is_running_and_ready(pod: Option<&Pod>) -> bool {
+    let Some(status) = pod.and_then(|p| p.status.as_ref()) else {
+        return false;
+    };
+    let ready = status
+        .conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True");
+    status.phase.as_deref() == Some("Running") && ready
+}
+
+/// The ServiceAccount admission plugin refuses Pods until the namespace's `default`
+/// ServiceAccount exists, which the serviceaccount controller makes soon after the namespace.
+async fn wait_for_default_service_account(
+    client: &kube::Client,
+    namespace: &str,
+) -> anyhow::Result<()> {
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
+    tokio::time::timeout(
+        DEADLINE,
+        await_condition(accounts, "default", conditions::is_created()),
+    )
+    .await
+    .context("no default ServiceAccount within the deadline")??;
+    Ok(())
+}
+
+async fn delete_and_wait(pods: &Api<Pod>, name: &str) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let uid = pods.get(name).await?.metadata.uid.context("no uid")?;
+    pods.delete(name, &DeleteParams::default()).await?;
+    tokio::time::timeout(
+        DEADLINE,
+        await_condition(pods.clone(), name, conditions::is_deleted(&uid)),
+    )
+    .await
+    .context("the Pod was not deleted within the deadline")??;
+    eprintln!(
+        "node test: Pod deleted in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// After the control plane with its node is dropped: its directory is gone, nothing is mounted
+/// below it, no shim names it, and no cgroup root of this process's nodes is left.
+fn assert_nothing_left(dir: &Path) -> anyhow::Result<()> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
+    let dir_text = dir.display().to_string();
+    ensure!(
+        !mountinfo.contains(&dir_text),
+        "mounts left under {dir_text}:\n{mountinfo}"
+    );
+    ensure!(!dir.exists(), "{dir_text} is left");
+    let prefix = format!("vmop-node-{}-", std::process::id());
+    for hierarchy in std::fs::read_dir("/sys/fs/cgroup")?.flatten() {
+        for entry in std::fs::read_dir(hierarchy.path())?.flatten() {
+            ensure!(
+                !entry.file_name().to_string_lossy().starts_with(&prefix),
+                "cgroup {} is left",
+                entry.path().display()
+            );
+        }
+    }
+    for process in std::fs::read_dir("/proc")?.flatten() {
+        let cmdline = std::fs::read(process.path().join("cmdline")).unwrap_or_default();
+        ensure!(
+            !String::from_utf8_lossy(&cmdline).contains(&dir_text),
+            "process {} still names {dir_text}",
+            process.file_name().to_string_lossy()
+        );
+    }
+    Ok(())
+}
