@@ -5,6 +5,8 @@
 #   - etcd, kube-apiserver, kube-controller-manager, kubectl built from Go modules
 #     (tests/controlplane/build.sh; cached outside the repo, keyed on the pins);
 #   - helm (tests/helm/build.sh, same pattern), to render the chart in the manifest tests;
+#   - the test node: kubelet, kube-scheduler, containerd, runc, the CNI loopback plugin and the
+#     pause image (tests/node/build.sh, same pattern; installs libseccomp-dev for runc);
 #   - moto's EC2-compatible server in a Python venv outside the repo, keyed on its version;
 #   - componentize-py (builds the Python provider, providers/python/) in the same venv, keyed on
 #     its own version, so changing one pin reinstalls only that package.
@@ -35,6 +37,7 @@ done
 
 controlplane_bin=$("$top/tests/controlplane/build.sh" | tail -n 1)
 helm_bin=$("$top/tests/helm/build.sh" | tail -n 1)
+node_bin=$("$top/tests/node/build.sh" | tail -n 1)
 
 venv="$cache/moto-$moto_version"
 # The stamp is written last, so an interrupted install is redone rather than trusted.
@@ -60,6 +63,7 @@ fi
 
 printf 'export VMOP_CONTROLPLANE_BIN=%q\n' "$controlplane_bin"
 printf 'export VMOP_HELM=%q\n' "$helm_bin"
+printf 'export VMOP_NODE_BIN=%q\n' "$node_bin"
 printf 'export VMOP_MOTO_SERVER=%q\n' "$venv/bin/moto_server"
 printf 'export VMOP_COMPONENTIZE_PY=%q\n' "$venv/bin/componentize-py"
 printf 'export PATH=%q:"$PATH"\n' "$controlplane_bin"
