@@ -9,13 +9,13 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, ensure};
+use anyhow::{Context as _, bail, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{Event, Pod, ServiceAccount};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use serde_json::json;
-use vmop_tests::controlplane::{ControlPlane, NODE_NAME, create_namespace};
+use vmop_tests::controlplane::{ControlPlane, NODE_NAME, Node, create_namespace};
 
 /// Generous: the machine may be busy compiling; a test that passes never waits this long.
 const DEADLINE: Duration = Duration::from_secs(120);
@@ -43,12 +43,13 @@ async fn a_node_runs_restricted_host_network_pods_and_leaves_nothing_behind() ->
     }))?;
     let pod_started = Instant::now();
     pods.create(&PostParams::default(), &pod).await?;
-    tokio::time::timeout(
-        DEADLINE,
-        await_condition(pods.clone(), "pause", is_running_and_ready),
-    )
-    .await
-    .context("the Pod did not run within the deadline")??;
+    let running = await_condition(pods.clone(), "pause", is_running_and_ready);
+    if tokio::time::timeout(DEADLINE, running).await.is_err() {
+        bail!(
+            "the Pod did not run within {DEADLINE:?}: {}",
+            explain(&client, &namespace, "pause", node).await
+        );
+    }
     eprintln!(
         "node test: Pod Running and Ready in {:.1} s",
         pod_started.elapsed().as_secs_f64()
@@ -71,7 +72,7 @@ async fn a_node_runs_restricted_host_network_pods_and_leaves_nothing_behind() ->
     ensure!(logs.is_empty(), "pause wrote {logs:?}");
 
     delete_and_wait(&pods, "pause").await?;
-    run_a_deployment(&client, &namespace, node.pause_image()).await?;
+    run_a_deployment(&client, &namespace, node).await?;
 
     let dir = control_plane.dir().to_path_buf();
     let stopped = Instant::now();
@@ -115,8 +116,9 @@ fn pod_spec(image: &str) -> serde_json::Value {
 async fn run_a_deployment(
     client: &kube::Client,
     namespace: &str,
-    image: &str,
+    node: &Node,
 ) -> anyhow::Result<()> {
+    let image = node.pause_image();
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
     let deployment: Deployment = serde_json::from_value(json!({
         "metadata": { "name": "pause" },
@@ -138,12 +140,24 @@ async fn run_a_deployment(
             .and_then(|s| s.available_replicas)
             == Some(1)
     };
-    tokio::time::timeout(
-        DEADLINE,
-        await_condition(deployments.clone(), "pause", available),
-    )
-    .await
-    .context("the Deployment was not available within the deadline")??;
+    let ready = await_condition(deployments.clone(), "pause", available);
+    if tokio::time::timeout(DEADLINE, ready).await.is_err() {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+        let listed = pods
+            .list(&ListParams::default().labels("app=pause"))
+            .await?;
+        let name = listed.items.first().and_then(|p| p.metadata.name.clone());
+        bail!(
+            "the Deployment was not available within {DEADLINE:?}: {}",
+            explain(
+                client,
+                namespace,
+                name.as_deref().unwrap_or("<no Pod>"),
+                node
+            )
+            .await
+        );
+    }
     eprintln!(
         "node test: Deployment available in {:.1} s",
         started.elapsed().as_secs_f64()
@@ -169,6 +183,33 @@ async fn run_a_deployment(
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// A Pod's status and events, and the ends of kubelet's and containerd's logs.
+async fn explain(client: &kube::Client, namespace: &str, name: &str, node: &Node) -> String {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let status = match pods.get_opt(name).await {
+        Ok(pod) => serde_json::to_string_pretty(&pod.and_then(|p| p.status)).unwrap_or_default(),
+        Err(error) => format!("GET failed: {error}"),
+    };
+    let events: Api<Event> = Api::namespaced(client.clone(), namespace);
+    let selector = format!("involvedObject.name={name}");
+    let events = match events.list(&ListParams::default().fields(&selector)).await {
+        Ok(list) => list
+            .items
+            .iter()
+            .map(|e| {
+                format!(
+                    "{}: {}",
+                    e.reason.as_deref().unwrap_or(""),
+                    e.message.as_deref().unwrap_or("")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Err(error) => format!("listing events failed: {error}"),
+    };
+    format!("status {status}\nevents:\n{events}\n{}", node.log_tails())
 }
 
 fn is_running_and_ready(pod: Option<&Pod>) -> bool {

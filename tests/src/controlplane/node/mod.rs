@@ -332,6 +332,27 @@ impl Node {
         .collect()
     }
 
+    /// The ends of kubelet's and containerd's logs, for the error of a test whose Pod did not
+    /// start.
+    pub fn log_tails(&self) -> String {
+        let processes = self.lock();
+        [
+            ("kubelet", &processes.kubelet),
+            ("containerd", &processes.containerd),
+        ]
+        .into_iter()
+        .filter_map(|(name, process)| process.as_ref().map(|p| (name, p)))
+        .map(|(name, p)| {
+            format!(
+                "end of {name}'s log {}:\n{}",
+                p.log_path().display(),
+                p.log_tail()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+    }
+
     /// Process ids of containerd, kubelet and kube-scheduler (not of the shims and containers).
     pub fn pids(&self) -> Vec<u32> {
         let processes = self.lock();

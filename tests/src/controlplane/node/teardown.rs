@@ -193,12 +193,16 @@ pub fn release(dir: &Path, cgroup_root: Option<&cgroups::CgroupRoot>) -> Vec<Str
 /// whose process is gone): its shims are killed (with their containers, via the cgroups of
 /// dead node processes) and its mounts detached, so that the directory can be removed.
 pub fn sweep_stale(dir: &Path) {
+    if !dir.join("node").exists() {
+        return;
+    }
     let sockets = shim_sockets(&dir.join("node/containerd/state"));
     kill_shims_mentioning(&dir.display().to_string());
     let _ = cgroups::remove_stale();
     let _ = mounts::unmount_all_under(dir);
     remove_shim_sockets(&sockets);
     remove_log_links(dir);
+    kubelet_host_dirs::sweep();
 }
 
 /// The directories kubelet makes whatever its configuration says: `/var/lib/kubelet` (for
@@ -233,6 +237,28 @@ pub mod kubelet_host_dirs {
             state.made_log_links = !Path::new(LOG_LINKS).exists();
         }
         state.nodes += 1;
+    }
+
+    /// After a node process was killed before its teardown: removes what its kubelet left in
+    /// those directories when no node of this process runs and they hold nothing a real
+    /// kubelet would (a `/var/lib/kubelet` with `device-plugins/` alone, an empty
+    /// `/var/log/containers`).
+    pub fn sweep() {
+        let state = STATE.lock().unwrap_or_else(PoisonError::into_inner);
+        if state.nodes > 0 {
+            return;
+        }
+        let only_device_plugins = std::fs::read_dir(LIB).is_ok_and(|entries| {
+            entries
+                .flatten()
+                .all(|entry| entry.file_name() == "device-plugins")
+        });
+        // Best effort, and `remove_dir` only removes empty directories.
+        if only_device_plugins {
+            let _ = std::fs::remove_dir_all(Path::new(LIB).join("device-plugins"));
+            let _ = std::fs::remove_dir(LIB);
+        }
+        let _ = std::fs::remove_dir(LOG_LINKS);
     }
 
     /// Called once that node is stopped.
