@@ -32,6 +32,8 @@
 
 #[path = "simulation/day2.rs"]
 mod day2;
+#[path = "simulation/fleet.rs"]
+mod fleet;
 
 use std::future::Future;
 use std::pin::pin;
@@ -47,7 +49,7 @@ use vmop::api::{
 use vmop::controller::Error;
 use vmop::controller::vm::Attempts;
 use vmop::controller::vm::{Effects, Severity};
-use vmop::controller::vm::{drive, facts, vm_spec};
+use vmop::controller::vm::{Facts, drive, facts, vm_spec};
 use vmop::plugin::{
     CallError, Operation, Phase, PluginInfo, ProviderError, UpdateOutcome, VmStatus,
 };
@@ -132,10 +134,9 @@ struct World {
     next_id: u32,
     location: String,
     faults: bool,
-    /// The VM object: every version written, newest last; `None` once it is gone.
-    versions: Vec<VirtualMachine>,
-    gone: bool,
-    /// The oldest version the operator's informer may still show.
+    /// The fake API server's VirtualMachines: one here, one per VM in `simulation/fleet.rs`.
+    objects: Vec<Object>,
+    /// The oldest version of the VM the operator's informer may still show.
     informer_floor: usize,
     /// The create in progress reached the cloud's state.
     acted: bool,
@@ -162,8 +163,10 @@ impl World {
             next_id: 0,
             location: HOME.into(),
             faults: true,
-            versions: vec![vm],
-            gone: false,
+            objects: vec![Object {
+                versions: vec![vm],
+                gone: false,
+            }],
             informer_floor: 0,
             acted: false,
             log: Vec::new(),
@@ -173,12 +176,18 @@ impl World {
         }
     }
 
+    /// The VM of the single-VM schedules, as the API server has it now.
     fn latest(&self) -> Option<&VirtualMachine> {
-        if self.gone {
-            None
-        } else {
-            self.versions.last()
-        }
+        self.objects.first().and_then(Object::latest)
+    }
+
+    /// Whether the VM of the single-VM schedules is gone.
+    fn gone(&self) -> bool {
+        self.latest().is_none()
+    }
+
+    fn object(&self, uid: &str) -> Option<&Object> {
+        self.objects.iter().find(|o| o.uid() == uid)
     }
 
     fn note(&mut self, line: String) {
@@ -186,37 +195,53 @@ impl World {
             .push(format!("t={:>5}s {line}", self.now.as_secs()));
     }
 
-    /// Stores a new version of the object (bumping its resourceVersion).
-    fn commit(&mut self, mut vm: VirtualMachine) {
-        let rv = self.versions.len() + 1;
-        vm.metadata.resource_version = Some(rv.to_string());
+    /// Stores a new version of the object with `vm`'s uid (bumping its resourceVersion);
+    /// answers the new resourceVersion.
+    fn commit(&mut self, mut vm: VirtualMachine) -> Option<String> {
+        let uid = vm.metadata.uid.clone().unwrap_or_default();
+        let object = self.objects.iter_mut().find(|o| o.uid() == uid)?;
+        let rv = (object.versions.len() + 1).to_string();
+        vm.metadata.resource_version = Some(rv.clone());
         let releasing = vm.metadata.deletion_timestamp.is_some() && vm.finalizers().is_empty();
-        self.versions.push(vm);
+        object.versions.push(vm);
         if releasing {
-            self.gone = true;
-            self.note("  api: object gone".into());
+            object.gone = true;
+            self.note(format!("  api: object {uid} gone"));
         }
+        Some(rv)
     }
 
-    /// What the operator's informer shows: some version between its floor and the newest.
+    /// What the operator's informer shows of the single-VM schedules' VM.
     fn view(&mut self) -> Option<VirtualMachine> {
-        if self.gone {
-            return None;
-        }
-        let newest = self.versions.len() - 1;
-        let index = if self.faults && self.rng.chance(30) {
-            self.informer_floor + self.rng.below((newest - self.informer_floor + 1) as u64) as usize
+        let mut floor = self.informer_floor;
+        let view = self.view_of(0, &mut floor);
+        self.informer_floor = floor;
+        view
+    }
+
+    /// What an informer whose oldest possible version of object `index` is `floor` shows:
+    /// some version between its floor and the newest (a lagging watch never goes back).
+    fn view_of(&mut self, index: usize, floor: &mut usize) -> Option<VirtualMachine> {
+        let object = self.objects.get(index).filter(|o| !o.gone)?;
+        let newest = object.versions.len() - 1;
+        let at = if self.faults && self.rng.chance(30) {
+            *floor + self.rng.below((newest - *floor + 1) as u64) as usize
         } else {
             newest
         };
-        self.informer_floor = index;
-        self.versions.get(index).cloned()
+        *floor = at;
+        self.objects.get(index)?.versions.get(at).cloned()
     }
 
     fn live_for_uid(&self) -> usize {
+        self.live_for(UID)
+    }
+
+    /// The live machines marked as `uid`'s.
+    fn live_for(&self, uid: &str) -> usize {
         self.machines
             .iter()
-            .filter(|m| m.live && m.uid == UID)
+            .filter(|m| m.live && m.uid == uid)
             .count()
     }
 
@@ -237,20 +262,26 @@ impl World {
             phase,
             addresses: Vec::new(),
             message: None,
-            // Tagged with the uid it was made for, as ec2 does.
-            owner: Some(m.uid.clone()),
+            // Tagged with the uid it was made for, as ec2 does; unmarked if made outside vmop.
+            owner: (!m.uid.is_empty()).then(|| m.uid.clone()),
         })
     }
 
-    /// Someone deletes the VM's machine at the cloud: the operator must notice and recreate.
-    fn terminate_behind_our_back(&mut self) {
+    /// Someone deletes `uid`'s machine at the cloud: the operator must notice and recreate.
+    fn terminate_behind_our_back(&mut self, uid: &str) {
         let now = self.now;
-        if let Some(m) = self.machines.iter_mut().find(|m| m.live && m.uid == UID) {
+        if let Some(m) = self.machines.iter_mut().find(|m| m.live && m.uid == uid) {
             m.deleting_until = Some(now);
             m.live = false;
             let id = m.id.clone();
             self.note(format!("someone terminates {id} at the cloud"));
         }
+    }
+
+    /// The clock (already advanced) moved on by `by`.
+    fn pass(&mut self, by: Duration) {
+        self.now += by;
+        self.tick();
     }
 
     /// Finishes terminations whose time has come.
@@ -261,6 +292,31 @@ impl World {
                 m.live = false;
             }
         }
+    }
+}
+
+/// One VirtualMachine as the fake API server stores it.
+struct Object {
+    /// Every version written, newest last.
+    versions: Vec<VirtualMachine>,
+    /// Its last finalizer was removed while deleting: the object is gone.
+    gone: bool,
+}
+
+impl Object {
+    fn latest(&self) -> Option<&VirtualMachine> {
+        if self.gone {
+            None
+        } else {
+            self.versions.last()
+        }
+    }
+
+    fn uid(&self) -> &str {
+        self.versions
+            .first()
+            .and_then(|vm| vm.metadata.uid.as_deref())
+            .unwrap_or_default()
     }
 }
 
@@ -284,6 +340,8 @@ enum Fate {
 
 struct Fake<'w> {
     world: &'w mut World,
+    /// The VM reconciled.
+    uid: String,
     /// The ProviderConfig as resolved when the reconcile started: every call of the reconcile
     /// goes there, as the real reconciler's calls all go through one resolved Provider.
     location: String,
@@ -371,6 +429,7 @@ impl Fake<'_> {
         self.perform(Operation::Create, "create".into(), |f| {
             f.world.acted = true;
             let at = f.location.clone();
+            let uid = f.uid.clone();
             let w = &mut *f.world;
             // Idempotent on the uid only as far as the cloud's lagging reads show (the ec2
             // provider's tag search against moto, which ignores ClientToken): a machine made
@@ -378,7 +437,7 @@ impl Fake<'_> {
             let now = w.now;
             let existing = w.machines.iter().find(|m| {
                 m.live
-                    && m.uid == UID
+                    && m.uid == uid
                     && m.location == at
                     && m.deleting_until.is_none()
                     && now >= m.visible_at
@@ -396,7 +455,7 @@ impl Fake<'_> {
                     };
                     w.machines.push(Machine {
                         id: id.clone(),
-                        uid: UID.into(),
+                        uid: uid.clone(),
                         location: at,
                         live: true,
                         visible_at: w.now + lag,
@@ -413,7 +472,7 @@ impl Fake<'_> {
                 phase: Phase::Running,
                 addresses: Vec::new(),
                 message: None,
-                owner: Some(UID.into()),
+                owner: Some(uid),
             })
         })
         .await
@@ -438,13 +497,15 @@ impl Fake<'_> {
 
     /// Records a violation when machine `id` carries another VM's mark: the operator never
     /// writes to another VM's machine (outside changes come only between reconciles, so the
-    /// reconcile's own `get` has seen the mark).
+    /// reconcile's own `get` has seen the mark). An unmarked machine (made outside vmop) is
+    /// nobody's.
     fn not_foreign(&mut self, op: Operation, id: &str) {
+        let uid = &self.uid;
         if let Some(m) = self
             .world
             .machines
             .iter()
-            .find(|m| m.id == id && m.uid != UID)
+            .find(|m| m.id == id && !m.uid.is_empty() && m.uid != *uid)
         {
             let message = format!("{} called on {}, which {} owns", op.as_str(), m.id, m.uid);
             self.world.violations.push(message);
@@ -478,7 +539,7 @@ impl Fake<'_> {
     }
 
     fn guarded(&mut self, change: impl FnOnce(&mut VirtualMachine)) -> Result<(), Error> {
-        let Some(latest) = self.world.latest() else {
+        let Some(latest) = self.world.object(&self.uid).and_then(Object::latest) else {
             return Err(conflict());
         };
         if latest.metadata.resource_version != self.vm.metadata.resource_version {
@@ -486,13 +547,9 @@ impl Fake<'_> {
         }
         let mut next = latest.clone();
         change(&mut next);
-        self.world.commit(next.clone());
+        let rv = self.world.commit(next.clone());
         self.vm = next;
-        self.vm.metadata.resource_version = self
-            .world
-            .versions
-            .last()
-            .and_then(|v| v.metadata.resource_version.clone());
+        self.vm.metadata.resource_version = rv;
         Ok(())
     }
 }
@@ -520,7 +577,7 @@ impl Effects for Fake<'_> {
             let w = &*f.world;
             Ok(w.machines
                 .iter()
-                .filter(|m| m.uid == UID)
+                .filter(|m| m.uid == f.uid)
                 .find_map(|m| w.seen(m, &f.location, false)))
         })
         .await
@@ -570,9 +627,16 @@ impl Effects for Fake<'_> {
         self.perform(Operation::Update, format!("update {id}"), move |f| {
             let live_resize = f.world.abilities.live_resize;
             let replace_only = f.world.abilities.replace_only;
+            let uid = f.uid.clone();
             let Some(m) = f.machine(id) else {
                 return Err(Fake::transient(Operation::Update));
             };
+            // As ec2's `update`: an unmarked machine (adopted) is marked as this VM's; one
+            // marked as another's is a transient error.
+            if !m.uid.is_empty() && m.uid != uid {
+                return Err(Fake::transient(Operation::Update));
+            }
+            m.uid = uid;
             if m.memory_mib == desired {
                 Ok(UpdateOutcome::Applied)
             } else if replace_only {
@@ -596,7 +660,20 @@ impl Effects for Fake<'_> {
     }
 
     async fn claimed_by(&mut self, id: &str) -> Result<Option<String>, Error> {
-        unreachable!("no externalId: claimed_by {id}")
+        let id = id.to_owned();
+        self.perform(Operation::Get, format!("claimed_by {id}"), move |f| {
+            // The API server's VirtualMachines, as the real list reads them: another VM whose
+            // status records the machine.
+            let claimant = f
+                .world
+                .objects
+                .iter()
+                .filter(|o| o.uid() != f.uid)
+                .filter_map(Object::latest)
+                .find(|vm| vm.status.as_ref().and_then(|s| s.id.as_deref()) == Some(&*id));
+            Ok(claimant.map(|vm| format!("ns/{}", vm.name_any())))
+        })
+        .await
     }
 
     async fn write_status(&mut self, status: &VirtualMachineStatus) -> Result<(), Error> {
@@ -666,38 +743,8 @@ fn reconcile(world: &mut World, attempts: &mut Attempts) {
     };
     let rv = view.metadata.resource_version.clone().unwrap_or_default();
     world.note(format!("reconcile (view rv {rv})"));
-    let info = PluginInfo {
-        name: "sim".into(),
-        version: "0".into(),
-        wit_version: "0.2.0".into(),
-        capabilities: [
-            ("update", world.abilities.update),
-            ("power", world.abilities.power),
-            ("consistent-get", world.abilities.consistent_get),
-        ]
-        .into_iter()
-        .filter(|(_, on)| *on)
-        .map(|(c, _)| c.to_owned())
-        .collect(),
-        parameters: Vec::new(),
-    };
-    let Ok(spec) = vm_spec(&view, &info) else {
-        world
-            .violations
-            .push("the simulated VM has no valid spec".into());
+    let Some((facts, mut status, mut fake)) = begin(world, &view, attempts) else {
         return;
-    };
-    let facts = facts(&view, attempts, GRACE, Some((&info, &spec)));
-    let mut status = view.status.clone().unwrap_or_default();
-    let location = world.location.clone();
-    let mut fake = Fake {
-        world: &mut *world,
-        location,
-        vm: view.clone(),
-        crashed: false,
-        desired_mib: spec.memory_mib,
-        writes: Vec::new(),
-        deletes: Vec::new(),
     };
     let outcome = run_once(drive(&view, facts, attempts, &mut status, &mut fake));
     let crashed = fake.crashed;
@@ -708,16 +755,65 @@ fn reconcile(world: &mut World, attempts: &mut Attempts) {
             assert!(crashed, "drive awaited something that never resolved");
             world.note("  -> operator crashed; restarting with a new epoch".into());
             *attempts = Attempts::new();
-            world.informer_floor = world.versions.len() - 1;
+            world.informer_floor = world.objects.first().map_or(0, |o| o.versions.len() - 1);
         }
     }
+}
+
+/// The fake plugin's `info()`: it declares what the schedule's abilities say.
+fn plugin_info(abilities: Abilities) -> PluginInfo {
+    PluginInfo {
+        name: "sim".into(),
+        version: "0".into(),
+        wit_version: "0.2.0".into(),
+        capabilities: [
+            ("update", abilities.update),
+            ("power", abilities.power),
+            ("consistent-get", abilities.consistent_get),
+        ]
+        .into_iter()
+        .filter(|(_, on)| *on)
+        .map(|(c, _)| c.to_owned())
+        .collect(),
+        parameters: Vec::new(),
+    }
+}
+
+/// A reconcile of `view` as the operator starts one: the facts built from what `attempts`
+/// knows and the fake plugin declares, the status it starts from, and the fake effects it
+/// runs against (every call to the ProviderConfig's location now).
+fn begin<'w>(
+    world: &'w mut World,
+    view: &VirtualMachine,
+    attempts: &Attempts,
+) -> Option<(Facts, VirtualMachineStatus, Fake<'w>)> {
+    let info = plugin_info(world.abilities);
+    let Ok(spec) = vm_spec(view, &info) else {
+        world
+            .violations
+            .push("the simulated VM has no valid spec".into());
+        return None;
+    };
+    let facts = facts(view, attempts, GRACE, Some((&info, &spec)));
+    let status = view.status.clone().unwrap_or_default();
+    let location = world.location.clone();
+    let fake = Fake {
+        world,
+        uid: view.metadata.uid.clone().unwrap_or_default(),
+        location,
+        vm: view.clone(),
+        crashed: false,
+        desired_mib: spec.memory_mib,
+        writes: Vec::new(),
+        deletes: Vec::new(),
+    };
+    Some((facts, status, fake))
 }
 
 /// Advances the paused clock and the world together.
 async fn advance(world: &mut World, by: Duration) {
     tokio::time::advance(by).await;
-    world.now += by;
-    world.tick();
+    world.pass(by);
 }
 
 struct Schedule {
@@ -759,8 +855,8 @@ async fn run_schedule(world: &mut World) -> Result<(), String> {
             world.location = HOME.into();
             world.note("faults stop, location home".into());
         }
-        if step == plan.delete_at.min(STEPS) && !world.gone {
-            let mut vm = world.versions.last().cloned().ok_or("no object")?;
+        if step == plan.delete_at.min(STEPS) && !world.gone() {
+            let mut vm = world.latest().cloned().ok_or("no object")?;
             if vm.metadata.deletion_timestamp.is_none() {
                 vm.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
                 world.note("user deletes the VM".into());
@@ -793,7 +889,7 @@ async fn run_schedule(world: &mut World) -> Result<(), String> {
             ));
         }
         if world.faults && world.rng.chance(4) {
-            world.terminate_behind_our_back();
+            world.terminate_behind_our_back(UID);
         }
         let by = if world.rng.chance(50) {
             Duration::from_secs(world.rng.below(4))
@@ -802,7 +898,7 @@ async fn run_schedule(world: &mut World) -> Result<(), String> {
         };
         advance(world, by).await;
     }
-    if !world.gone {
+    if !world.gone() {
         return Err(
             "the VM object (and its finalizer) is still there after the faults stopped (stuck)"
                 .into(),
@@ -831,16 +927,29 @@ fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
-#[tokio::test(start_paused = true)]
-async fn no_schedule_leaks_duplicates_or_sticks() {
-    let seeds: Vec<u64> = match env_u64("VMOP_SIM_SEED") {
+/// The seeds to run: `VMOP_SIM_SEED` alone, else the first `VMOP_SIM_SEEDS` (default 10,000)
+/// divided by `divisor`.
+fn seeds(divisor: u64) -> Vec<u64> {
+    match env_u64("VMOP_SIM_SEED") {
         Some(seed) => vec![seed],
-        None => (0..env_u64("VMOP_SIM_SEEDS").unwrap_or(10_000)).collect(),
-    };
+        None => (0..env_u64("VMOP_SIM_SEEDS").unwrap_or(10_000) / divisor).collect(),
+    }
+}
+
+/// Runs `one` for every seed: the failures, each with its schedule as it ran. A single seed's
+/// schedule is printed.
+async fn failures<Fut>(
+    name: &str,
+    seeds: &[u64],
+    mut one: impl FnMut(u64) -> Fut,
+) -> Vec<(u64, String, Vec<String>)>
+where
+    Fut: Future<Output = (Result<(), String>, Vec<String>)>,
+{
     let started = std::time::Instant::now();
     let mut failures = Vec::new();
-    for &seed in &seeds {
-        let (result, log) = simulate(seed).await;
+    for &seed in seeds {
+        let (result, log) = one(seed).await;
         if seeds.len() == 1 {
             println!("{}", log.join("\n"));
         }
@@ -849,12 +958,16 @@ async fn no_schedule_leaks_duplicates_or_sticks() {
         }
     }
     println!(
-        "simulation: {} seeds, {} steps each, {:?} wall, {} failed",
+        "{name}: {} seeds, {:?} wall, {} failed",
         seeds.len(),
-        STEPS + SETTLE_STEPS,
         started.elapsed(),
         failures.len()
     );
+    failures
+}
+
+/// Fails with the first failure's schedule and how to replay it.
+fn assert_none_failed(seeds: &[u64], failures: &[(u64, String, Vec<String>)]) {
     if let Some((seed, why, log)) = failures.first() {
         let seeds_failed: Vec<u64> = failures.iter().map(|f| f.0).take(20).collect();
         panic!(
@@ -868,40 +981,22 @@ async fn no_schedule_leaks_duplicates_or_sticks() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn no_schedule_leaks_duplicates_or_sticks() {
+    let seeds = seeds(1);
+    let failed = failures("simulation", &seeds, simulate).await;
+    assert_none_failed(&seeds, &failed);
+}
+
+#[tokio::test(start_paused = true)]
 async fn day2_schedules_respect_capabilities_and_converge() {
-    let seeds: Vec<u64> = match env_u64("VMOP_SIM_SEED") {
-        Some(seed) => vec![seed],
-        None => (0..env_u64("VMOP_SIM_SEEDS").unwrap_or(10_000) / 5).collect(),
-    };
-    let started = std::time::Instant::now();
-    let mut failures = Vec::new();
-    for &seed in &seeds {
+    let seeds = seeds(5);
+    let failed = failures("day-2 simulation", &seeds, |seed| async move {
         let mut world = World::new(seed);
         let result = day2::run(&mut world).await;
-        let log = std::mem::take(&mut world.log);
-        if seeds.len() == 1 {
-            println!("{}", log.join("\n"));
-        }
-        if let Err(why) = result {
-            failures.push((seed, why, log));
-        }
-    }
-    println!(
-        "day-2 simulation: {} seeds, {:?} wall, {} failed",
-        seeds.len(),
-        started.elapsed(),
-        failures.len()
-    );
-    if let Some((seed, why, log)) = failures.first() {
-        let seeds_failed: Vec<u64> = failures.iter().map(|f| f.0).take(20).collect();
-        panic!(
-            "{} of {} seeds failed ({seeds_failed:?}...); first: seed {seed}: {why}\n\
-             replay with VMOP_SIM_SEED={seed}\n{}",
-            failures.len(),
-            seeds.len(),
-            log.join("\n")
-        );
-    }
+        (result, std::mem::take(&mut world.log))
+    })
+    .await;
+    assert_none_failed(&seeds, &failed);
 }
 
 /// A machine this process made alone (`Attempts::sole_machine`, which lets deletion skip the
@@ -930,7 +1025,7 @@ async fn a_machine_seen_under_another_mark_is_observed_before_any_delete() {
     }
     let log = world.log.join("\n");
     assert_eq!(world.violations, Vec::<String>::new(), "{log}");
-    assert!(world.gone, "the VM is still there: {log}");
+    assert!(world.gone(), "the VM is still there: {log}");
     assert!(
         world
             .machines
@@ -938,4 +1033,43 @@ async fn a_machine_seen_under_another_mark_is_observed_before_any_delete() {
             .any(|m| m.live && m.deleting_until.is_none()),
         "the claimed machine was deleted: {log}"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn fleet_schedules_keep_one_machine_per_vm_and_one_replica_per_call() {
+    let seeds = seeds(1);
+    let failed = failures("fleet simulation", &seeds, |seed| {
+        fleet::run(World::new(seed), fleet::SharedAdoption::No, true)
+    })
+    .await;
+    assert_none_failed(&seeds, &failed);
+}
+
+/// What `Attempts::acquired` prevents: without the acquisition hook, a replica taking a shard
+/// over believes a lagging "none" at once (its own epoch began long ago), though the replica
+/// that lost the shard may have just created. Ignored: it fails on purpose; it shows the fleet
+/// schedules find the bug the hook fixes.
+#[tokio::test(start_paused = true)]
+#[ignore = "fails on purpose: the fleet without the acquisition hook"]
+async fn fleet_without_the_acquisition_hook_duplicates() {
+    let seeds = seeds(1);
+    let failed = failures("fleet simulation without the hook", &seeds, |seed| {
+        fleet::run(World::new(seed), fleet::SharedAdoption::No, false)
+    })
+    .await;
+    assert_none_failed(&seeds, &failed);
+}
+
+/// Two VMs naming one machine in `spec.externalId`: adoption checks that no other VM records
+/// the machine, then records it (check-then-act), so two reconciles in flight at once can both
+/// adopt it. Not fixed in the product; ignored until it is.
+#[tokio::test(start_paused = true)]
+#[ignore = "a known product gap: concurrent adoption of one machine by two VMs"]
+async fn fleet_two_vms_adopting_one_machine() {
+    let seeds = seeds(1);
+    let failed = failures("fleet simulation, shared externalId", &seeds, |seed| {
+        fleet::run(World::new(seed), fleet::SharedAdoption::Yes, true)
+    })
+    .await;
+    assert_none_failed(&seeds, &failed);
 }

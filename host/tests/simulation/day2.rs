@@ -220,7 +220,7 @@ pub(super) async fn run(world: &mut World) -> Result<(), String> {
         }
         advance(world, Duration::from_secs(5)).await;
     }
-    if !world.gone {
+    if !world.gone() {
         return Err("the VM is still there after deletion (stuck)".into());
     }
     if world.live_for_uid() > 0 {
