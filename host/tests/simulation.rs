@@ -938,6 +938,7 @@ fn seeds(divisor: u64) -> Vec<u64> {
 
 /// Runs `one` for every seed: the failures, each with its schedule as it ran. A single seed's
 /// schedule is printed.
+#[allow(clippy::print_stdout)] // The replayed schedule and the run's figures are the report.
 async fn failures<Fut>(
     name: &str,
     seeds: &[u64],
@@ -967,6 +968,7 @@ where
 }
 
 /// Fails with the first failure's schedule and how to replay it.
+#[allow(clippy::panic)] // Called from the tests alone: their failure.
 fn assert_none_failed(seeds: &[u64], failures: &[(u64, String, Vec<String>)]) {
     if let Some((seed, why, log)) = failures.first() {
         let seeds_failed: Vec<u64> = failures.iter().map(|f| f.0).take(20).collect();
@@ -1035,14 +1037,16 @@ async fn a_machine_seen_under_another_mark_is_observed_before_any_delete() {
     );
 }
 
+/// Runs the fleet schedules of `variant` for every seed.
+async fn fleet_seeds(name: &str, variant: fleet::Variant) {
+    let seeds = seeds(1);
+    let failed = failures(name, &seeds, |seed| fleet::run(World::new(seed), variant)).await;
+    assert_none_failed(&seeds, &failed);
+}
+
 #[tokio::test(start_paused = true)]
 async fn fleet_schedules_keep_one_machine_per_vm_and_one_replica_per_call() {
-    let seeds = seeds(1);
-    let failed = failures("fleet simulation", &seeds, |seed| {
-        fleet::run(World::new(seed), fleet::SharedAdoption::No, true)
-    })
-    .await;
-    assert_none_failed(&seeds, &failed);
+    fleet_seeds("fleet simulation", fleet::Variant::Default).await;
 }
 
 /// What `Attempts::acquired` prevents: without the acquisition hook, a replica taking a shard
@@ -1052,12 +1056,11 @@ async fn fleet_schedules_keep_one_machine_per_vm_and_one_replica_per_call() {
 #[tokio::test(start_paused = true)]
 #[ignore = "fails on purpose: the fleet without the acquisition hook"]
 async fn fleet_without_the_acquisition_hook_duplicates() {
-    let seeds = seeds(1);
-    let failed = failures("fleet simulation without the hook", &seeds, |seed| {
-        fleet::run(World::new(seed), fleet::SharedAdoption::No, false)
-    })
+    fleet_seeds(
+        "fleet simulation without the hook",
+        fleet::Variant::WithoutHook,
+    )
     .await;
-    assert_none_failed(&seeds, &failed);
 }
 
 /// Two VMs naming one machine in `spec.externalId`: adoption checks that no other VM records
@@ -1066,10 +1069,27 @@ async fn fleet_without_the_acquisition_hook_duplicates() {
 #[tokio::test(start_paused = true)]
 #[ignore = "a known product gap: concurrent adoption of one machine by two VMs"]
 async fn fleet_two_vms_adopting_one_machine() {
-    let seeds = seeds(1);
-    let failed = failures("fleet simulation, shared externalId", &seeds, |seed| {
-        fleet::run(World::new(seed), fleet::SharedAdoption::Yes, true)
-    })
+    fleet_seeds(
+        "fleet simulation, shared externalId",
+        fleet::Variant::SharedAdoption,
+    )
     .await;
-    assert_none_failed(&seeds, &failed);
+}
+
+/// A product bug the fleet schedules found (seeds 1137, 1820, 2082, 3458, ... of 10,000):
+/// `Attempts::finalizer_added` is recorded before the finalizer patch and kept when the patch
+/// is refused. A replica that has just acquired a shard, its informer still showing a VM
+/// without the finalizer the previous holder added (and then created a machine), records
+/// `finalizer_added`, gets 409 Conflict, and from then on believes `never_created`: its next
+/// reconcile creates without `find` or grace (a second machine), or, the VM deleted, releases
+/// the finalizer without a cloud call (a leaked machine). The default schedules list a shard's
+/// VMs again on acquisition, as the sharded watch does, which hides it; this variant does not.
+#[tokio::test(start_paused = true)]
+#[ignore = "a product bug: finalizer_added kept after a refused finalizer patch"]
+async fn fleet_informer_lagging_across_a_hand_over() {
+    fleet_seeds(
+        "fleet simulation, lagging informer",
+        fleet::Variant::LaggingInformer,
+    )
+    .await;
 }
