@@ -1037,16 +1037,16 @@ async fn a_machine_seen_under_another_mark_is_observed_before_any_delete() {
     );
 }
 
-/// Runs the fleet schedules of `variant` for every seed.
-async fn fleet_seeds(name: &str, variant: fleet::Variant) {
-    let seeds = seeds(1);
+/// Runs the fleet schedules of `variant` for every `divisor`-th part of the seeds.
+async fn fleet_seeds(name: &str, variant: fleet::Variant, divisor: u64) {
+    let seeds = seeds(divisor);
     let failed = failures(name, &seeds, |seed| fleet::run(World::new(seed), variant)).await;
     assert_none_failed(&seeds, &failed);
 }
 
 #[tokio::test(start_paused = true)]
 async fn fleet_schedules_keep_one_machine_per_vm_and_one_replica_per_call() {
-    fleet_seeds("fleet simulation", fleet::Variant::Default).await;
+    fleet_seeds("fleet simulation", fleet::Variant::Default, 1).await;
 }
 
 /// What `Attempts::acquired` prevents: without the acquisition hook, a replica taking a shard
@@ -1059,6 +1059,7 @@ async fn fleet_without_the_acquisition_hook_duplicates() {
     fleet_seeds(
         "fleet simulation without the hook",
         fleet::Variant::WithoutHook,
+        1,
     )
     .await;
 }
@@ -1072,24 +1073,25 @@ async fn fleet_two_vms_adopting_one_machine() {
     fleet_seeds(
         "fleet simulation, shared externalId",
         fleet::Variant::SharedAdoption,
+        1,
     )
     .await;
 }
 
-/// A product bug the fleet schedules found (seeds 1137, 1820, 2082, 3458, ... of 10,000):
-/// `Attempts::finalizer_added` is recorded before the finalizer patch and kept when the patch
-/// is refused. A replica that has just acquired a shard, its informer still showing a VM
-/// without the finalizer the previous holder added (and then created a machine), records
-/// `finalizer_added`, gets 409 Conflict, and from then on believes `never_created`: its next
-/// reconcile creates without `find` or grace (a second machine), or, the VM deleted, releases
-/// the finalizer without a cloud call (a leaked machine). The default schedules list a shard's
-/// VMs again on acquisition, as the sharded watch does, which hides it; this variant does not.
+/// A replica's informer still lagging when it takes a shard over (an API server without the
+/// sharded watch: nothing is listed again on acquisition). It shows the VM without the
+/// finalizer the previous holder added before it created; the new holder's finalizer patch is
+/// refused (409). Before `act.rs` forgot `finalizer_added` on a refused patch, the replica then
+/// believed the VM never created: its next reconcile created without `find` or grace (a second
+/// machine: seeds 1137, 2082) or, the VM deleted, released the finalizer without a cloud call
+/// (a leaked machine: seeds 1820, 3458), 14 of 10,000 seeds. A fifth of the seeds: the
+/// default schedules cover the rest of the fleet's behaviour.
 #[tokio::test(start_paused = true)]
-#[ignore = "a product bug: finalizer_added kept after a refused finalizer patch"]
-async fn fleet_informer_lagging_across_a_hand_over() {
+async fn fleet_schedules_with_an_informer_lagging_across_hand_overs() {
     fleet_seeds(
         "fleet simulation, lagging informer",
         fleet::Variant::LaggingInformer,
+        5,
     )
     .await;
 }

@@ -102,6 +102,12 @@ impl Error {
         }
     }
 
+    /// The API server answered the write with a client error (409 Conflict, 422, 403, ...):
+    /// it certainly did not land. A server error or a lost answer may have.
+    pub fn refused(&self) -> bool {
+        matches!(self, Error::Kube { source: kube::Error::Api(status), .. } if (400..500).contains(&status.code))
+    }
+
     pub fn retry(&self) -> Retry {
         match self {
             Error::Resolve { source, .. } if source.awaits_change() => Retry::AwaitChange,

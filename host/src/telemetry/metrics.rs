@@ -12,6 +12,7 @@
 //! `controller_runtime_reconcile_time_seconds` (`tests/tests/sandbox/telemetry.rs` pins every exported name).
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -95,6 +96,11 @@ struct LeaderLabels {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ProviderConfigLabels {
+    provider_config: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct CallLabels {
     provider_config: String,
     operation: OperationLabel,
@@ -121,6 +127,7 @@ struct Inner {
     shard_members: Gauge,
     call_duration: HistogramFamily<CallLabels>,
     calls: Family<CallLabels, Counter>,
+    call_budget: Family<ProviderConfigLabels, Gauge<f64, AtomicU64>>,
     plugin_load: HistogramFamily<LoadLabels>,
     phases: Arc<PhaseCollector>,
 }
@@ -204,6 +211,12 @@ impl Metrics {
             "Total number of provider plugin calls",
             calls.clone(),
         );
+        let call_budget = Family::default();
+        registry.register(
+            "vmop_provider_call_budget",
+            "Plugin calls per second a ProviderConfig may make now: its requestsPerSecond, halved by each throttle answer of the cloud and climbing back without one",
+            call_budget.clone(),
+        );
         let plugin_load: HistogramFamily<_> =
             Family::new_with_constructor(|| Histogram::new(LOAD_BUCKETS));
         registry.register_with_unit(
@@ -227,6 +240,7 @@ impl Metrics {
                 shard_members,
                 call_duration,
                 calls,
+                call_budget,
                 plugin_load,
                 phases,
             }),
@@ -303,6 +317,19 @@ impl Metrics {
                 self.inner.call_duration.remove(&labels);
             }
         }
+        self.inner.call_budget.remove(&ProviderConfigLabels {
+            provider_config: provider_config.to_owned(),
+        });
+    }
+
+    /// Sets `vmop_provider_call_budget` of a ProviderConfig (calls per second).
+    pub fn set_call_budget(&self, provider_config: &str, per_second: f64) {
+        self.inner
+            .call_budget
+            .get_or_create(&ProviderConfigLabels {
+                provider_config: provider_config.to_owned(),
+            })
+            .set(per_second);
     }
 
     /// Records one plugin load that did real work (not a hit of the in-memory table).

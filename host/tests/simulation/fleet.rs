@@ -43,14 +43,13 @@
 //! lease timing itself (a lost shard is free at once, the harshest hand-over for creates).
 //!
 //! The informer lists a shard's VMs again on acquisition (as the sharded watch does when the
-//! API server serves `shardSelector`). Variants kept out of the default schedules, each behind
-//! an ignored test in `simulation.rs` because it fails ([`Variant`]): without the acquisition
-//! hook (item 1's fix undone: `fleet_without_the_acquisition_hook_duplicates`); two VMs naming
-//! one machine in `spec.externalId` (adoption checks that no other VM records the machine,
-//! then records it, and two reconciles can both pass the check:
-//! `fleet_two_vms_adopting_one_machine`); an informer that keeps lagging across an
-//! acquisition (`fleet_informer_lagging_across_a_hand_over`: `Attempts::finalizer_added`
-//! survives a refused finalizer patch).
+//! API server serves `shardSelector`), or keeps lagging across it
+//! (`fleet_schedules_with_an_informer_lagging_across_hand_overs`, an API server without it).
+//! Variants that fail, behind ignored tests in `simulation.rs` ([`Variant`]): without the
+//! acquisition hook (the creation grace period not started over on acquisition:
+//! `fleet_without_the_acquisition_hook_duplicates`); two VMs naming one machine in
+//! `spec.externalId` (adoption checks that no other VM records the machine, then records it,
+//! and two reconciles can both pass the check: `fleet_two_vms_adopting_one_machine`).
 
 use std::collections::BTreeMap;
 use std::future::Future;

@@ -15,6 +15,7 @@ mod cache_restart;
 mod day2;
 mod demo;
 mod operator_bench;
+mod operator_budget;
 mod operator_cross_resource;
 mod operator_day2;
 mod operator_day2_adopt;

@@ -119,6 +119,17 @@ impl Provider {
     pub fn try_routine_permit(&self) -> Result<Permit, Duration> {
         self.limiter.try_acquire_routine()
     }
+
+    /// The cloud answered a call "throttled": fewer calls per second from now on (climbing
+    /// back while it does not). Returns the budget now, calls per second.
+    pub fn throttled(&self) -> f64 {
+        self.limiter.throttled()
+    }
+
+    /// Calls per second this ProviderConfig may make now.
+    pub fn budget(&self) -> f64 {
+        self.limiter.budget()
+    }
 }
 
 /// Everything needed to resolve a ProviderConfig.

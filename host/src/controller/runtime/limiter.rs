@@ -1,5 +1,6 @@
-//! Per-ProviderConfig throttling of plugin calls: a token bucket (`requestsPerSecond`, `burst`)
-//! and a cap on calls in flight (`maxConcurrentCalls`).
+//! Per-ProviderConfig throttling of plugin calls: a token bucket (`requestsPerSecond`, `burst`,
+//! its rate halved by the cloud's throttle answers and climbing back: `bucket.rs`) and a cap on
+//! calls in flight (`maxConcurrentCalls`).
 //!
 //! # Guarantees
 //!
@@ -32,57 +33,8 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
+use super::bucket::TokenBucket;
 use crate::api::Limits;
-
-/// The bucket's arithmetic, separate from time and locking so it can be reasoned about alone.
-#[derive(Debug, Clone)]
-pub struct TokenBucket {
-    rate: f64,
-    burst: f64,
-    tokens: f64,
-    last: Instant,
-}
-
-impl TokenBucket {
-    /// A full bucket: `burst` calls may go at once.
-    pub fn new(rate_per_second: u32, burst: u32, now: Instant) -> Self {
-        let burst = f64::from(burst.max(1));
-        TokenBucket {
-            rate: f64::from(rate_per_second.max(1)),
-            burst,
-            tokens: burst,
-            last: now,
-        }
-    }
-
-    fn refill(&mut self, now: Instant) {
-        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
-        self.tokens = (self.tokens + elapsed * self.rate).min(self.burst);
-        self.last = now;
-    }
-
-    /// Takes one token, or says how long until one is available.
-    pub fn try_take(&mut self, now: Instant) -> Result<(), Duration> {
-        self.refill(now);
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            Ok(())
-        } else {
-            Err(Duration::from_secs_f64((1.0 - self.tokens) / self.rate))
-        }
-    }
-
-    /// Takes one token now, or sets the next free one aside and says when it is due.
-    pub fn reserve(&mut self, now: Instant) -> Option<Instant> {
-        self.refill(now);
-        self.tokens -= 1.0;
-        if self.tokens >= 0.0 {
-            None
-        } else {
-            Some(now + Duration::from_secs_f64(-self.tokens / self.rate))
-        }
-    }
-}
 
 /// Tokens set aside for one caller: usable from `due`, `left` of them.
 #[derive(Debug, Clone, Copy)]
@@ -198,6 +150,21 @@ impl Limiter {
         Ok((slot, reservations))
     }
 
+    /// The cloud answered a call "throttled": the bucket's rate is halved (`bucket.rs`).
+    /// Returns the rate now, calls per second.
+    pub fn throttled(&self) -> f64 {
+        let now = Instant::now();
+        let mut bucket = self.bucket.lock().unwrap_or_else(PoisonError::into_inner);
+        bucket.throttled(now);
+        bucket.rate(now)
+    }
+
+    /// Calls per second allowed now.
+    pub fn budget(&self) -> f64 {
+        let mut bucket = self.bucket.lock().unwrap_or_else(PoisonError::into_inner);
+        bucket.rate(Instant::now())
+    }
+
     pub fn limits(&self) -> &Limits {
         &self.limits
     }
@@ -278,24 +245,6 @@ mod tests {
         let due = limiter.try_acquire("gone", 0).unwrap_err();
         tokio::time::advance(due + STALE_RESERVATION).await;
         assert!(limiter.try_acquire_routine().is_ok());
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn bucket_allows_burst_then_the_rate() {
-        let start = Instant::now();
-        let mut b = TokenBucket::new(2, 3, start);
-        for _ in 0..3 {
-            assert_eq!(b.try_take(start), Ok(()));
-        }
-        assert_eq!(b.try_take(start), Err(Duration::from_millis(500)));
-        assert!(b.try_take(start + Duration::from_millis(499)).is_err());
-        assert_eq!(b.try_take(start + Duration::from_millis(500)), Ok(()));
-        // A long idle period refills only up to the burst.
-        let later = start + Duration::from_secs(60);
-        for _ in 0..3 {
-            assert_eq!(b.try_take(later), Ok(()));
-        }
-        assert!(b.try_take(later).is_err());
     }
 
     #[tokio::test(start_paused = true)]

@@ -6,6 +6,7 @@
 //! task of its own).
 
 pub(crate) mod backoff;
+pub(crate) mod bucket;
 pub(crate) mod error_policy;
 pub(crate) mod index;
 pub(crate) mod limiter;

@@ -73,9 +73,17 @@ impl<'r, E: Effects> Run<'r, E> {
         if !facts.deleting && !has_finalizer {
             let location = self.fx.location().await?;
             // Before the patch: if it lands but its answer is lost, every create for this VM
-            // is still ours.
+            // is still ours. Not if the API server refused it: then the object changed since
+            // it was read (another replica may have added the finalizer and created since),
+            // and believing "never created" would skip `find` and the grace period
+            // (`host/tests/simulation.rs`, fleet schedules with a lagging informer).
             self.attempts.finalizer_added(self.uid);
-            self.fx.add_finalizer(&location).await?;
+            if let Err(e) = self.fx.add_finalizer(&location).await {
+                if e.refused() {
+                    self.attempts.finalizer_refused(self.uid);
+                }
+                return Err(e);
+            }
             facts.intended_location = Some(location.clone());
             // No create can precede the finalizer: a fresh VM is created without a `find`.
             facts.never_created = self.attempts.never_created(self.uid);

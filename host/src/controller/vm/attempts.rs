@@ -173,6 +173,12 @@ impl Attempts {
         self.with(uid, |k| k.finalizer_added = true);
     }
 
+    /// The API server refused the finalizer patch: it did not land, so what
+    /// [`Attempts::finalizer_added`] assumed does not hold.
+    pub fn finalizer_refused(&self, uid: &str) {
+        self.with(uid, |k| k.finalizer_added = false);
+    }
+
     /// A create attempt for `uid` at `location` ended; `reached` says whether it may have
     /// reached the cloud.
     fn create_ended(&self, uid: &str, location: &str, reached: bool) {

@@ -132,9 +132,17 @@ impl Calls<'_> {
         elapsed: Duration,
     ) -> Result<T, Error> {
         let provider = &self.provider.name;
+        let outcome = CallOutcome::of(&result);
         self.ctx
             .metrics
-            .provider_call(provider, op, CallOutcome::of(&result), elapsed);
+            .provider_call(provider, op, outcome, elapsed);
+        // Kept current by the calls themselves: it only changes while calls are made.
+        let budget = if outcome == CallOutcome::RateLimited {
+            self.provider.throttled()
+        } else {
+            self.provider.budget()
+        };
+        self.ctx.metrics.set_call_budget(provider, budget);
         let outcome = match &result {
             Ok(_) => "ok",
             Err(e) => e.reason(),

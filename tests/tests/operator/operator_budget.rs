@@ -1,0 +1,132 @@
+//! The adaptive call budget on the real parts: a testcloud that answers 429 beyond 5 requests a
+//! second, and a ProviderConfig allowing 100. Creating 20 VMs at once is a throttle storm; the
+//! operator's budget (`vmop_provider_call_budget`) halves with the cloud's answers instead of
+//! retrying into them, every VM still becomes Ready with exactly one machine, and once the
+//! storm is over (drift checks every 30 s, under the cloud's limit) the
+//! budget climbs back to the configured 100. Deleting them all leaves no machine.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, ensure};
+use futures::future::try_join_all;
+use kube::ResourceExt;
+use kube::api::{DeleteParams, ListParams};
+use vmop::api::Limits;
+use vmop_tests::cloud::{self, Cloud, Config};
+use vmop_tests::operator::{Env, Operator, TEST_GRACE_SECONDS};
+
+use crate::operator_bin;
+use crate::operator_sharding::{is_ready, wait_vms};
+
+const VMS: usize = 20;
+const CONFIGURED: f64 = 100.0;
+const PLUGIN: &str = "testcloud.wasm";
+const DEADLINE: Duration = Duration::from_secs(180);
+
+async fn budget(operator: &Operator, provider: &str) -> anyhow::Result<Option<f64>> {
+    let scrape = operator.metrics().await?;
+    let value = scrape.sum(
+        "vmop_provider_call_budget",
+        &[("provider_config", provider)],
+    );
+    // A series not yet written reads as 0: no call made yet.
+    Ok((value > 0.0).then_some(value))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_throttle_storm_shrinks_the_budget_and_it_recovers_without_a_leak() -> anyhow::Result<()>
+{
+    let env = Env::new("budget").await?;
+    let cloud = Cloud::start(Config::default().with_rate_limit(5.0, 5)).await?;
+    std::fs::copy(
+        vmop_tests::wasm::path("vmop_provider_testcloud")?,
+        env.plugin_dir.path().join(PLUGIN),
+    )
+    .context("failed to copy the testcloud plugin")?;
+    let mut pc = env.provider_config("tc", "unused");
+    pc.spec.plugin.path = PLUGIN.to_owned();
+    pc.spec.config = [("endpoint".to_owned(), cloud.endpoint().to_owned())].into();
+    pc.spec.credentials_secret_ref = None;
+    pc.spec.allowed_hosts = vec![cloud.endpoint().to_owned()];
+    pc.spec.limits = Limits {
+        requests_per_second: 100,
+        burst: 100,
+        max_concurrent_calls: 32,
+        creation_grace_period_seconds: TEST_GRACE_SECONDS,
+        ..Limits::default()
+    };
+    env.apply_provider_config(&pc).await?;
+    let provider = pc.name_any();
+    let operator = env
+        .operator()
+        .args_from(["--resync-period", "30s"])
+        .start(operator_bin())?;
+
+    let names: Vec<String> = (0..VMS).map(|i| format!("vm-{i}")).collect();
+    try_join_all(names.iter().map(|name| {
+        let vm = env.vm(name, &provider).image(cloud::IMAGE);
+        let env = &env;
+        async move { env.create_vm(vm).await }
+    }))
+    .await?;
+    // The storm: the lowest budget seen until every VM is Ready.
+    let started = Instant::now();
+    let mut lowest = CONFIGURED;
+    loop {
+        if let Some(now) = budget(&operator, &provider).await? {
+            lowest = lowest.min(now);
+        }
+        let vms = env.vms().list(&ListParams::default()).await?.items;
+        if vms.len() == VMS && vms.iter().all(is_ready) {
+            break;
+        }
+        ensure!(
+            started.elapsed() < DEADLINE,
+            "not all Ready after {DEADLINE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let stats = cloud.stats();
+    eprintln!(
+        "{VMS} VMs Ready in {:.1} s: {} requests, {} answered 429; lowest budget {lowest:.2}/s",
+        started.elapsed().as_secs_f64(),
+        stats.requests,
+        stats.throttled
+    );
+    ensure!(stats.throttled > 0, "the cloud never throttled: no storm");
+    ensure!(
+        lowest < CONFIGURED / 2.0,
+        "the budget stayed at {lowest} through {} throttle answers",
+        stats.throttled
+    );
+    ensure!(
+        cloud.machines().len() == VMS,
+        "{} machines made for {VMS} VMs",
+        cloud.machines().len()
+    );
+
+    // After the storm: back to the configured budget.
+    let calm = Instant::now();
+    loop {
+        if budget(&operator, &provider).await? == Some(CONFIGURED) {
+            break;
+        }
+        ensure!(
+            calm.elapsed() < DEADLINE,
+            "the budget never recovered: {:?}",
+            budget(&operator, &provider).await?
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    eprintln!(
+        "budget back to {CONFIGURED}/s {:.1} s after the storm",
+        calm.elapsed().as_secs_f64()
+    );
+
+    env.vms()
+        .delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await?;
+    wait_vms(&env, "all gone", |vms| vms.is_empty()).await?;
+    ensure!(cloud.live().is_empty(), "machines left: {:?}", cloud.live());
+    Ok(())
+}
