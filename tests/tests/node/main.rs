@@ -1,7 +1,7 @@
 //! The test control plane's node (`ControlPlane::with_node`): it starts and gets Ready, runs a
-//! hostNetwork Pod under the restricted Pod Security profile's settings and a Deployment's
-//! Pod, serves their logs through the apiserver, deletes them, and leaves nothing behind when
-//! dropped (no cgroup, mount, shim or directory).
+//! hostNetwork Pod under the restricted Pod Security profile's settings (with an image volume)
+//! and a Deployment's Pod, serves their logs through the apiserver, deletes them, and leaves
+//! nothing behind when dropped (no cgroup, mount, shim or directory).
 //!
 //! One control plane with a node for the whole binary, started and stopped by the one test:
 //! starting a node costs seconds, and the last check needs it dropped.
@@ -37,10 +37,15 @@ async fn a_node_runs_restricted_host_network_pods_and_leaves_nothing_behind() ->
     wait_for_default_service_account(&client, &namespace).await?;
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": { "name": "pause" },
-        "spec": pod_spec(node.pause_image()),
-    }))?;
+    // With an image volume too (containerd >= 2.1): the pause image again, at /image.
+    let mut spec = pod_spec(node.pause_image());
+    spec["volumes"] = json!([{
+        "name": "image",
+        "image": { "reference": node.pause_image(), "pullPolicy": "Never" },
+    }]);
+    spec["containers"][0]["volumeMounts"] = json!([{ "name": "image", "mountPath": "/image" }]);
+    let pod: Pod =
+        serde_json::from_value(json!({ "metadata": { "name": "pause" }, "spec": spec }))?;
     let pod_started = Instant::now();
     pods.create(&PostParams::default(), &pod).await?;
     let running = await_condition(pods.clone(), "pause", is_running_and_ready);
