@@ -10,13 +10,20 @@ use super::process::Process;
 
 /// Where the apiserver keeps what it generates itself (its loopback client certificate).
 const CERT_DIR: &str = "apiserver-certs";
+/// Service ClusterIPs without a node: never connected to.
+const SERVICE_RANGE: &str = "10.0.0.0/24";
+/// Service ClusterIPs with a node: on loopback (see [`start`]).
+pub const NODE_SERVICE_RANGE: &str = "127.100.0.0/24";
 
 /// Starts kube-apiserver against `etcd_url`. `admin` is a client configuration for an identity
 /// allowed to read `/readyz`; its cluster URL is replaced by the apiserver's.
 ///
-/// The ServiceAccount admission plugin is off (as in envtest: no controller creates the
-/// `default` ServiceAccounts it requires) unless `service_accounts`, which a control plane
-/// with a node asks for so that its Pods get their token volumes.
+/// With `node` false (as in envtest), the ServiceAccount admission plugin is off: no
+/// controller creates the `default` ServiceAccounts it requires. A control plane with a node
+/// turns it on, so that Pods get their token volumes, and takes its Service ClusterIPs from
+/// [`NODE_SERVICE_RANGE`], on loopback: no kube-proxy runs, so a Pod connecting to a ClusterIP
+/// (in-cluster configuration's `KUBERNETES_SERVICE_HOST`, for one) must meet a refused
+/// loopback connection, not send packets to a private address through the default route.
 #[allow(clippy::too_many_arguments)]
 pub async fn start(
     program: &Path,
@@ -24,7 +31,7 @@ pub async fn start(
     pki: &Pki,
     etcd_url: &str,
     admin: &kube::Config,
-    service_accounts: bool,
+    node: bool,
     extra_args: &[String],
     timeout: Duration,
 ) -> Result<Launched, LaunchError> {
@@ -46,10 +53,16 @@ pub async fn start(
                     // reconciler; it keeps the apiserver independent of a default route.
                     "--advertise-address=127.0.0.1".to_owned(),
                     "--endpoint-reconciler-type=none".to_owned(),
-                    "--service-cluster-ip-range=10.0.0.0/24".to_owned(),
+                    format!(
+                        "--service-cluster-ip-range={}",
+                        match node {
+                            true => NODE_SERVICE_RANGE,
+                            false => SERVICE_RANGE,
+                        }
+                    ),
                     "--allow-privileged=true".to_owned(),
                     "--authorization-mode=RBAC".to_owned(),
-                    match service_accounts {
+                    match node {
                         true => "--enable-admission-plugins=ServiceAccount".to_owned(),
                         false => "--disable-admission-plugins=ServiceAccount".to_owned(),
                     },

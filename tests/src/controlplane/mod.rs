@@ -398,6 +398,26 @@ impl ControlPlane {
         &self.server_url
     }
 
+    /// The environment a hostNetwork Pod's container needs to reach the apiserver with
+    /// in-cluster configuration (`KUBERNETES_SERVICE_HOST` and `_PORT`: 127.0.0.1 and the
+    /// apiserver's port; its token and CA come from the usual projected volume). Without it,
+    /// in-cluster configuration names the `kubernetes` Service's ClusterIP, where nothing
+    /// listens (no kube-proxy; with a node the ClusterIPs are on loopback, so the connection
+    /// is refused).
+    pub fn in_cluster_env(&self) -> Vec<k8s_openapi::api::core::v1::EnvVar> {
+        [
+            ("KUBERNETES_SERVICE_HOST", "127.0.0.1".to_owned()),
+            ("KUBERNETES_SERVICE_PORT", self.apiserver_port.to_string()),
+        ]
+        .into_iter()
+        .map(|(name, value)| k8s_openapi::api::core::v1::EnvVar {
+            name: name.to_owned(),
+            value: Some(value),
+            ..Default::default()
+        })
+        .collect()
+    }
+
     /// The CA certificate (PEM) that signed the apiserver's serving certificate.
     pub fn ca_pem(&self) -> &str {
         self.pki.ca_pem()

@@ -1,6 +1,7 @@
 //! The test control plane's node (`ControlPlane::with_node`): it starts and gets Ready, runs a
 //! hostNetwork Pod under the restricted Pod Security profile's settings (with an image volume)
-//! and a Deployment's Pod, serves their logs through the apiserver, deletes them, and leaves
+//! and a Deployment's Pod, runs an image imported at run time that reaches the apiserver with
+//! in-cluster configuration, serves Pods' logs through the apiserver, deletes them, and leaves
 //! nothing behind when dropped (no cgroup, mount, shim or directory).
 //!
 //! One control plane with a node for the whole binary, started and stopped by the one test:
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Event, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{EnvVar, Event, Pod, ServiceAccount};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use serde_json::json;
@@ -38,12 +39,14 @@ async fn a_node_runs_restricted_host_network_pods_and_leaves_nothing_behind() ->
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
     // With an image volume too (containerd >= 2.1): the pause image again, at /image.
-    let mut spec = pod_spec(node.pause_image());
-    spec["volumes"] = json!([{
-        "name": "image",
-        "image": { "reference": node.pause_image(), "pullPolicy": "Never" },
-    }]);
-    spec["containers"][0]["volumeMounts"] = json!([{ "name": "image", "mountPath": "/image" }]);
+    let spec = pod_spec(
+        node.pause_image(),
+        json!({ "volumes": [{
+            "name": "image",
+            "image": { "reference": node.pause_image(), "pullPolicy": "Never" },
+        }]}),
+        json!({ "volumeMounts": [{ "name": "image", "mountPath": "/image" }] }),
+    );
     let pod: Pod =
         serde_json::from_value(json!({ "metadata": { "name": "pause" }, "spec": spec }))?;
     let pod_started = Instant::now();
@@ -78,6 +81,7 @@ async fn a_node_runs_restricted_host_network_pods_and_leaves_nothing_behind() ->
 
     delete_and_wait(&pods, "pause").await?;
     run_a_deployment(&client, &namespace, node).await?;
+    a_pod_reaches_the_apiserver_in_cluster(&control_plane, &client, &namespace).await?;
 
     let dir = control_plane.dir().to_path_buf();
     let stopped = Instant::now();
@@ -92,9 +96,27 @@ async fn a_node_runs_restricted_host_network_pods_and_leaves_nothing_behind() ->
 /// A Pod spec that passes the restricted Pod Security profile's checks on its containers
 /// (non-root, RuntimeDefault seccomp, no capabilities, no privilege escalation, read-only
 /// root filesystem), on the host's network (which that profile itself forbids: only
-/// hostNetwork Pods run on this node).
-fn pod_spec(image: &str) -> serde_json::Value {
-    json!({
+/// hostNetwork Pods run on this node). `spec` and `container` add fields to the Pod's spec and
+/// its one container.
+fn pod_spec(
+    image: &str,
+    spec: serde_json::Value,
+    container: serde_json::Value,
+) -> serde_json::Value {
+    let container = merged(
+        json!({
+            "name": "main",
+            "image": image,
+            "imagePullPolicy": "Never",
+            "securityContext": {
+                "allowPrivilegeEscalation": false,
+                "readOnlyRootFilesystem": true,
+                "capabilities": { "drop": ["ALL"] },
+            },
+        }),
+        container,
+    );
+    let base = json!({
         "hostNetwork": true,
         "terminationGracePeriodSeconds": 5,
         "securityContext": {
@@ -103,17 +125,91 @@ fn pod_spec(image: &str) -> serde_json::Value {
             "runAsGroup": 65535,
             "seccompProfile": { "type": "RuntimeDefault" },
         },
-        "containers": [{
-            "name": "pause",
-            "image": image,
-            "imagePullPolicy": "Never",
-            "securityContext": {
-                "allowPrivilegeEscalation": false,
-                "readOnlyRootFilesystem": true,
-                "capabilities": { "drop": ["ALL"] },
-            },
-        }],
-    })
+        "containers": [container],
+    });
+    merged(base, spec)
+}
+
+/// `base` with the fields of `extra` (both objects) added or replaced.
+fn merged(mut base: serde_json::Value, extra: serde_json::Value) -> serde_json::Value {
+    if let (Some(fields), serde_json::Value::Object(extra)) = (base.as_object_mut(), extra) {
+        fields.extend(extra);
+    }
+    base
+}
+
+/// A Pod of an image imported at run time (kubectl, as an OCI archive made by
+/// `tests/node/oci-image.py`: `Node::import_image`) reaches the apiserver with in-cluster
+/// configuration (its ServiceAccount token and `kube-root-ca.crt` from the projected volume,
+/// `ControlPlane::in_cluster_env`), as an operator Pod would, and exits 0.
+async fn a_pod_reaches_the_apiserver_in_cluster(
+    control_plane: &ControlPlane,
+    client: &kube::Client,
+    namespace: &str,
+) -> anyhow::Result<()> {
+    const IMAGE: &str = "vmop.dev/node/kubectl:test";
+    let node = control_plane.node().context("no node")?;
+    let dir = tempfile::tempdir()?;
+    let archive = dir.path().join("kubectl.tar");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("node/oci-image.py");
+    let started = Instant::now();
+    let made = tokio::process::Command::new("python3")
+        .arg(&script)
+        .arg("--program")
+        .arg(control_plane.kubectl())
+        .args(["--name", IMAGE, "--out"])
+        .arg(&archive)
+        .status()
+        .await?;
+    ensure!(made.success(), "{} failed: {made}", script.display());
+    node.import_image(&archive).await?;
+    eprintln!(
+        "node test: kubectl image made and imported in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+
+    let mut env = control_plane.in_cluster_env();
+    env.push(EnvVar {
+        name: "HOME".to_owned(),
+        value: Some("/home".to_owned()),
+        ..EnvVar::default()
+    });
+    let spec = pod_spec(
+        IMAGE,
+        json!({
+            "restartPolicy": "Never",
+            "volumes": [{ "name": "home", "emptyDir": {} }],
+        }),
+        json!({
+            "args": ["get", "--raw", "/readyz"],
+            "env": env,
+            "volumeMounts": [{ "name": "home", "mountPath": "/home" }],
+        }),
+    );
+    let pod: Pod =
+        serde_json::from_value(json!({ "metadata": { "name": "kubectl" }, "spec": spec }))?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    pods.create(&PostParams::default(), &pod).await?;
+    let ended = |pod: Option<&Pod>| {
+        let phase = pod.and_then(|p| p.status.as_ref()?.phase.clone());
+        matches!(phase.as_deref(), Some("Succeeded" | "Failed"))
+    };
+    let done = tokio::time::timeout(DEADLINE, await_condition(pods.clone(), "kubectl", ended));
+    let phase = match done.await {
+        Ok(Ok(pod)) => pod.and_then(|p| p.status?.phase),
+        _ => None,
+    };
+    let logs = pods
+        .logs("kubectl", &Default::default())
+        .await
+        .unwrap_or_default();
+    if phase.as_deref() != Some("Succeeded") || logs.trim() != "ok" {
+        bail!(
+            "kubectl in a Pod ended {phase:?} saying {logs:?}: {}",
+            explain(client, namespace, "kubectl", node).await
+        );
+    }
+    delete_and_wait(&pods, "kubectl").await
 }
 
 /// A one-replica Deployment of the pause image becomes available (deployment and replicaset
@@ -132,7 +228,7 @@ async fn run_a_deployment(
             "selector": { "matchLabels": { "app": "pause" } },
             "template": {
                 "metadata": { "labels": { "app": "pause" } },
-                "spec": pod_spec(image),
+                "spec": pod_spec(image, json!({}), json!({})),
             },
         },
     }))?;
