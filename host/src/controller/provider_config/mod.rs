@@ -55,9 +55,14 @@ pub async fn reconcile(pc: Arc<ProviderConfig>, ctx: Arc<Context>) -> Result<Act
                     })
                     .collect(),
             });
+            // The digest says which build runs: a rollout of a new plugin image shows here and
+            // in the PluginLoaded Event.
             let message = format!(
-                "plugin {} {} loaded from {}",
-                info.name, info.version, pc.spec.plugin.path
+                "plugin {} {} loaded from {} (sha256:{})",
+                info.name,
+                info.version,
+                pc.spec.plugin.path,
+                provider.plugin.digest()
             );
             conditions::new(READY, Status::True, "PluginLoaded", message, generation)
         }
@@ -73,12 +78,17 @@ pub async fn reconcile(pc: Arc<ProviderConfig>, ctx: Arc<Context>) -> Result<Act
         }
     };
     let was_ready = conditions::find(&old.conditions, READY).cloned();
+    // Another build of the plugin (a rollout) is news even when Ready stays True.
+    let digest = |s: &ProviderConfigStatus| s.plugin.as_ref().map(|p| p.digest.clone());
+    let new_build = digest(&status).is_some() && digest(&status) != digest(&old);
     let passthrough_now = status.credentials.is_some_and(|c| c.is_passthrough());
     let passthrough_before = old.credentials.is_some_and(|c| c.is_passthrough());
     conditions::set(&mut status.conditions, ready.clone());
     write(&ctx, &pc, &old, &status).await?;
 
-    if was_ready.as_ref().map(|c| (&c.status, &c.reason)) != Some((&ready.status, &ready.reason)) {
+    if was_ready.as_ref().map(|c| (&c.status, &c.reason)) != Some((&ready.status, &ready.reason))
+        || new_build
+    {
         if ready.status == Status::True.as_str() {
             ctx.events
                 .normal(&*pc, "Load", "PluginLoaded", ready.message.clone())
