@@ -295,7 +295,7 @@ async fn helm_install_runs_vmop_from_its_image_with_plugins_from_image_volumes()
     let v2_dir = dir.path().join("v2");
     std::fs::create_dir_all(&v2_dir)?;
     let v2_wasm = v2_dir.join("vmop_provider_testcloud.wasm");
-    std::fs::write(&v2_wasm, another_version(&std::fs::read(&wasm_path)?))?;
+    std::fs::write(&v2_wasm, another_version(&std::fs::read(wasm_path)?))?;
     let v2 = image(
         &control_plane,
         &[
