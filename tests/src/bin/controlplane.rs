@@ -43,7 +43,7 @@ async fn main() -> anyhow::Result<()> {
     let options = Options {
         timeout: std::time::Duration::from_secs(args.timeout),
         apiserver_args: args.apiserver_args,
-        node: args.node,
+        nodes: usize::from(args.node),
     };
     let control_plane = ControlPlane::start_with(options)
         .await

@@ -6,7 +6,9 @@
 //! ([`create_namespace`]); a test that restarts the API server uses [`ControlPlane::isolated`],
 //! one that counts what the API server serves a [`ControlPlane::dedicated`] one. A test that
 //! runs Pods asks for a control plane with a node ([`ControlPlane::with_node`],
-//! [`ControlPlane::shared_with_node`]; see [`node`]); the others never start one. Every
+//! [`ControlPlane::shared_with_node`]; see [`node`]), one that runs replicas that each bind
+//! their Pod IP's port for several ([`ControlPlane::with_nodes`]); the others never start one.
+//! Every
 //! `#[tokio::test]` has its own runtime, so the control plane keeps only paths, URLs and
 //! processes; ask it for a fresh [`kube::Client`] in each test.
 //!
@@ -41,7 +43,7 @@ pub use binaries::{BIN_DIR_ENV, Binaries, BinariesError};
 pub use kubeconfig::{Credentials, KubeconfigError};
 pub use launch::LaunchError;
 pub use namespaces::create_namespace;
-pub use node::{NODE_BIN_DIR_ENV, NODE_NAME, Node, NodeError};
+pub use node::{MAX_NODES, NODE_BIN_DIR_ENV, NODE_NAME, Node, NodeError, node_address};
 pub use pki::PkiError;
 use process::Process;
 
@@ -84,10 +86,11 @@ pub struct Options {
     /// Extra kube-apiserver flags (`--name=value`), after the harness's own: a later
     /// occurrence of a flag overrides an earlier one.
     pub apiserver_args: Vec<String>,
-    /// Whether to start a node (containerd, kubelet, kube-scheduler; see [`node`]) with the
-    /// controllers Pods need and the ServiceAccount admission plugin. Off by default: it
+    /// How many nodes to start (0 to [`MAX_NODES`]; each a containerd and a kubelet, named
+    /// and addressed `127.0.0.<i+1>`, with one kube-scheduler for all; see [`node`]), with the
+    /// controllers Pods need and the ServiceAccount admission plugin. 0 by default: a node
     /// costs seconds and runs containers.
-    pub node: bool,
+    pub nodes: usize,
 }
 
 impl Default for Options {
@@ -100,7 +103,7 @@ impl Default for Options {
         Self {
             timeout,
             apiserver_args: Vec::new(),
-            node: false,
+            nodes: 0,
         }
     }
 }
@@ -147,13 +150,16 @@ fn stop_static(cell: &tokio::sync::OnceCell<ControlPlane>) {
     }
 }
 
-/// A running etcd + kube-apiserver (+ optional kube-controller-manager, + optional node).
+/// A running etcd + kube-apiserver (+ optional kube-controller-manager, + optional nodes and
+/// their kube-scheduler).
 ///
-/// Fields drop in declaration order: the node stops first (its containers, mounts and cgroups
-/// go), then the other processes are killed, then their directory is removed.
+/// Fields drop in declaration order: the scheduler is killed, the nodes stop (their
+/// containers, mounts and cgroups go), then the other processes are killed, then their
+/// directory is removed.
 #[derive(Debug)]
 pub struct ControlPlane {
-    node: Option<Node>,
+    scheduler: Option<Process>,
+    nodes: Vec<Node>,
     binaries: Binaries,
     pki: pki::Pki,
     options: Options,
@@ -212,8 +218,16 @@ impl ControlPlane {
     /// Starts a control plane with a node, owned by the caller: dropping it stops the node
     /// (leaving no container, mount or cgroup behind) and the control plane.
     pub async fn with_node() -> Result<Self, ControlPlaneError> {
+        Self::with_nodes(1).await
+    }
+
+    /// Starts a control plane with `count` nodes (1 to [`MAX_NODES`]), named and addressed
+    /// `127.0.0.1`, `127.0.0.2`, ... ([`node_address`]), all Ready, owned by the caller:
+    /// dropping it stops them all (leaving no container, mount or cgroup behind) and the
+    /// control plane. Pods that declare the same `hostPort` land on different nodes.
+    pub async fn with_nodes(count: usize) -> Result<Self, ControlPlaneError> {
         Self::start_with(Options {
-            node: true,
+            nodes: count,
             ..Options::default()
         })
         .await
@@ -280,7 +294,7 @@ impl ControlPlane {
             &pki,
             &etcd.client_url,
             &admin_config,
-            options.node,
+            options.nodes > 0,
             &options.apiserver_args,
             timeout,
         )
@@ -291,7 +305,8 @@ impl ControlPlane {
         write_admin_kubeconfig(&server_url).map_err(ControlPlaneError::Kubeconfig)?;
 
         let mut control_plane = Self {
-            node: None,
+            scheduler: None,
+            nodes: Vec::new(),
             binaries,
             pki,
             options,
@@ -306,7 +321,8 @@ impl ControlPlane {
             dir,
         };
         control_plane.wait_for_default_namespace().await?;
-        if control_plane.options.node {
+        let count = control_plane.options.nodes;
+        if count > 0 {
             control_plane.ensure_controller_manager().await?;
             let admin = admin_config_for(&control_plane).await?;
             let context = node::Context {
@@ -317,10 +333,20 @@ impl ControlPlane {
                 admin: &admin,
                 timeout,
             };
-            let node = Node::start(context)
-                .await
-                .map_err(ControlPlaneError::Node)?;
-            control_plane.node = Some(node);
+            let nodes_started = Instant::now();
+            let (nodes, scheduler) = tokio::try_join!(
+                node::start_nodes(context, count),
+                node::start_scheduler(context),
+            )
+            .map_err(ControlPlaneError::Node)?;
+            if count > 1 {
+                eprintln!(
+                    "node: {count} nodes Ready in {:.1} s",
+                    nodes_started.elapsed().as_secs_f64()
+                );
+            }
+            control_plane.nodes = nodes;
+            control_plane.scheduler = Some(scheduler);
         }
         eprintln!(
             "controlplane: ready in {:.1} s at {} (kubeconfig {})",
@@ -346,7 +372,7 @@ impl ControlPlane {
                     self.dir.path(),
                     &self.kubeconfig,
                     &admin,
-                    match self.options.node {
+                    match self.options.nodes > 0 {
                         true => controller_manager::NODE_CONTROLLERS,
                         false => controller_manager::CONTROLLERS,
                     },
@@ -449,12 +475,26 @@ impl ControlPlane {
         command
     }
 
-    /// The node, if this control plane was started with one ([`Options::node`]).
+    /// The first node (`127.0.0.1`), if this control plane was started with nodes
+    /// ([`Options::nodes`]).
     pub fn node(&self) -> Option<&Node> {
-        self.node.as_ref()
+        self.nodes.first()
     }
 
-    /// Log files of the running components (the node's too), for diagnosing a failing test.
+    /// The nodes, node `i` named and addressed `127.0.0.<i+1>`; empty without nodes.
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// Imports an OCI image archive into every node's containerd at once (see
+    /// [`Node::import_image`]). Returns each node's `ctr` output, in node order; the first
+    /// failure is the error.
+    pub async fn import_image_everywhere(&self, archive: &Path) -> Result<Vec<String>, NodeError> {
+        futures::future::try_join_all(self.nodes.iter().map(|node| node.import_image(archive)))
+            .await
+    }
+
+    /// Log files of the running components (the nodes' too), for diagnosing a failing test.
     pub fn logs(&self) -> Vec<PathBuf> {
         let mut logs = vec![
             self.etcd.log_path().to_path_buf(),
@@ -465,22 +505,29 @@ impl ControlPlane {
                 .get()
                 .map(|p| p.log_path().to_path_buf()),
         );
-        logs.extend(self.node.iter().flat_map(Node::logs));
+        logs.extend(self.scheduler.iter().map(|p| p.log_path().to_path_buf()));
+        logs.extend(self.nodes.iter().flat_map(Node::logs));
         logs
     }
 
-    /// Process ids of the running components (the node's containerd, kubelet and scheduler
-    /// too).
+    /// Process ids of the running components (the nodes' containerd and kubelet, and the
+    /// scheduler, too).
     pub fn pids(&self) -> Vec<u32> {
         let mut pids = vec![self.etcd.pid(), self.apiserver.pid()];
         pids.extend(self.controller_manager.get().map(Process::pid));
-        pids.extend(self.node.iter().flat_map(Node::pids));
+        pids.extend(self.scheduler.iter().map(Process::pid));
+        pids.extend(self.nodes.iter().flat_map(Node::pids));
         pids
     }
 
-    /// Stops every component now, the node first (the shared instances never drop).
+    /// Stops every component now, the scheduler and the nodes first (the shared instances
+    /// never drop).
     pub fn kill(&self) {
-        if let Some(node) = &self.node {
+        if let Some(scheduler) = &self.scheduler {
+            scheduler.kill();
+        }
+        // Each blocks until its containers, mounts and cgroups are gone.
+        for node in &self.nodes {
             node.stop();
         }
         if let Some(controller_manager) = self.controller_manager.get() {

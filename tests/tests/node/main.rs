@@ -4,8 +4,12 @@
 //! in-cluster configuration, serves Pods' logs through the apiserver, deletes them, and leaves
 //! nothing behind when dropped (no cgroup, mount, shim or directory).
 //!
-//! One control plane with a node for the whole binary, started and stopped by the one test:
-//! starting a node costs seconds, and the last check needs it dropped.
+//! And three nodes (`ControlPlane::with_nodes`), `127.0.0.1` to `127.0.0.3` on this one host:
+//! a Deployment's three replicas that declare the same hostPort land one on each, each with
+//! its node's address as its Pod IP; a fourth such Pod finds no node.
+//!
+//! Each test starts and stops its own control plane (the last checks need it dropped); the two
+//! run at once, so those checks look at their own control plane's nodes only.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -16,7 +20,7 @@ use k8s_openapi::api::core::v1::{EnvVar, Event, Pod, ServiceAccount};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use serde_json::json;
-use vmop_tests::controlplane::{ControlPlane, NODE_NAME, Node, create_namespace};
+use vmop_tests::controlplane::{ControlPlane, NODE_NAME, Node, create_namespace, node_address};
 
 /// Generous: the machine may be busy compiling; a test that passes never waits this long.
 const DEADLINE: Duration = Duration::from_secs(120);
@@ -83,14 +87,218 @@ async fn a_node_runs_restricted_host_network_pods_and_leaves_nothing_behind() ->
     run_a_deployment(&client, &namespace, node).await?;
     a_pod_reaches_the_apiserver_in_cluster(&control_plane, &client, &namespace).await?;
 
+    stop_and_assert_nothing_left(control_plane)
+}
+
+/// The port every replica declares as containerPort and hostPort (hostNetwork: a port of the
+/// node, as the operator's metrics port is).
+const HOST_PORT: i32 = 18080;
+
+#[tokio::test]
+async fn replicas_with_the_same_host_port_land_one_on_each_of_three_nodes() -> anyhow::Result<()> {
+    let started = Instant::now();
+    let control_plane = ControlPlane::with_nodes(3)
+        .await
+        .context("three nodes must start on this machine")?;
+    eprintln!(
+        "nodes test: control plane with 3 Ready nodes in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let client = control_plane.client().await?;
+    let names: Vec<String> = (0..3).map(|i| node_address(i).to_string()).collect();
+    let own: Vec<&str> = control_plane.nodes().iter().map(Node::name).collect();
+    ensure!(own == names, "nodes {own:?}, expected {names:?}");
+    ensure!(
+        control_plane.node().map(Node::name) == Some(NODE_NAME),
+        "node() is not the first"
+    );
+    // Registered as such: Ready, the InternalIP their name.
+    let listed = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await?;
+    let mut registered: Vec<(String, Vec<String>)> = listed
+        .items
+        .iter()
+        .map(|node| {
+            let addresses = node
+                .status
+                .iter()
+                .flat_map(|s| s.addresses.iter().flatten())
+                .filter(|a| a.type_ == "InternalIP")
+                .map(|a| a.address.clone())
+                .collect();
+            (node.metadata.name.clone().unwrap_or_default(), addresses)
+        })
+        .collect();
+    registered.sort();
+    let expected: Vec<(String, Vec<String>)> =
+        names.iter().map(|n| (n.clone(), vec![n.clone()])).collect();
+    ensure!(
+        registered == expected,
+        "Nodes and InternalIPs {registered:?}"
+    );
+
+    // An image imported into every node (the pause image again: it is small).
+    let node = control_plane.node().context("no node")?;
+    let imported = control_plane
+        .import_image_everywhere(&node.binaries().pause_archive())
+        .await?;
+    ensure!(
+        imported.len() == 3,
+        "imported into {} nodes",
+        imported.len()
+    );
+
+    let namespace = create_namespace(&client, "nodes").await?;
+    wait_for_default_service_account(&client, &namespace).await?;
+    let ports = json!({ "ports": [{
+        "name": "metrics",
+        "containerPort": HOST_PORT,
+        "hostPort": HOST_PORT,
+        "protocol": "TCP",
+    }]});
+    let template = pod_spec(node.pause_image(), json!({}), ports.clone());
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &namespace);
+    let deployment: Deployment = serde_json::from_value(json!({
+        "metadata": { "name": "spread" },
+        "spec": {
+            "replicas": 3,
+            "selector": { "matchLabels": { "app": "spread" } },
+            "template": {
+                "metadata": { "labels": { "app": "spread" } },
+                "spec": template,
+            },
+        },
+    }))?;
+    let rollout = Instant::now();
+    deployments
+        .create(&PostParams::default(), &deployment)
+        .await?;
+    let available = |d: Option<&Deployment>| {
+        d.and_then(|d| d.status.as_ref())
+            .and_then(|s| s.available_replicas)
+            == Some(3)
+    };
+    let ready = await_condition(deployments.clone(), "spread", available);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+    let by_label = ListParams::default().labels("app=spread");
+    if tokio::time::timeout(DEADLINE, ready).await.is_err() {
+        let listed = pods.list(&by_label).await?;
+        let mut why = Vec::new();
+        for pod in &listed.items {
+            let name = pod.metadata.name.as_deref().unwrap_or_default();
+            why.push(explain(&client, &namespace, name, node).await);
+        }
+        bail!(
+            "the 3 replicas were not available within {DEADLINE:?}:\n{}",
+            why.join("\n")
+        );
+    }
+    eprintln!(
+        "nodes test: 3 replicas available in {:.1} s",
+        rollout.elapsed().as_secs_f64()
+    );
+    let mut placed: Vec<(String, String, String, String)> = pods
+        .list(&by_label)
+        .await?
+        .items
+        .into_iter()
+        .map(|pod| {
+            let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+            let status = pod.status.unwrap_or_default();
+            (
+                node.unwrap_or_default(),
+                status.pod_ip.unwrap_or_default(),
+                status.host_ip.unwrap_or_default(),
+                status.phase.unwrap_or_default(),
+            )
+        })
+        .collect();
+    placed.sort();
+    let expected: Vec<(String, String, String, String)> = names
+        .iter()
+        .map(|n| (n.clone(), n.clone(), n.clone(), "Running".to_owned()))
+        .collect();
+    ensure!(
+        placed == expected,
+        "one Running replica per node, its podIP and hostIP the node's address: {placed:?}"
+    );
+
+    // A fourth Pod with that hostPort finds no node with the port free.
+    let extra: Pod = serde_json::from_value(json!({
+        "metadata": { "name": "fourth" },
+        "spec": pod_spec(node.pause_image(), json!({}), ports),
+    }))?;
+    pods.create(&PostParams::default(), &extra).await?;
+    let unschedulable = |pod: Option<&Pod>| {
+        pod.and_then(|p| p.status.as_ref())
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|conditions| {
+                conditions.iter().any(|c| {
+                    c.type_ == "PodScheduled"
+                        && c.status == "False"
+                        && c.reason.as_deref() == Some("Unschedulable")
+                })
+            })
+    };
+    let refused = await_condition(pods.clone(), "fourth", unschedulable);
+    let refused = tokio::time::timeout(DEADLINE, refused)
+        .await
+        .context("the fourth Pod was not found unschedulable")??;
+    let message = refused
+        .and_then(|p| p.status?.conditions)
+        .into_iter()
+        .flatten()
+        .find(|c| c.type_ == "PodScheduled")
+        .and_then(|c| c.message)
+        .unwrap_or_default();
+    ensure!(
+        message.contains("free ports"),
+        "unschedulable for another reason: {message}"
+    );
+    delete_and_wait(&pods, "fourth").await?;
+
+    deployments
+        .delete("spread", &DeleteParams::foreground())
+        .await?;
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let left = pods.list(&by_label).await?;
+        if left.items.is_empty() {
+            break;
+        }
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the replicas were not deleted: {:?}",
+            left.items
+                .iter()
+                .map(|p| &p.metadata.name)
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    stop_and_assert_nothing_left(control_plane)
+}
+
+/// Drops the control plane and checks that nothing of it or its nodes is left.
+fn stop_and_assert_nothing_left(control_plane: ControlPlane) -> anyhow::Result<()> {
     let dir = control_plane.dir().to_path_buf();
+    let cgroup_roots: Vec<String> = control_plane
+        .nodes()
+        .iter()
+        .filter_map(Node::cgroup_root)
+        .collect();
+    ensure!(
+        cgroup_roots.len() == control_plane.nodes().len(),
+        "a node without a cgroup root"
+    );
     let stopped = Instant::now();
     drop(control_plane);
     eprintln!(
         "node test: stopped in {:.1} s",
         stopped.elapsed().as_secs_f64()
     );
-    assert_nothing_left(&dir)
+    assert_nothing_left(&dir, &cgroup_roots)
 }
 
 /// A Pod spec that passes the restricted Pod Security profile's checks on its containers
@@ -358,9 +566,10 @@ async fn delete_and_wait(pods: &Api<Pod>, name: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// After the control plane with its node is dropped: its directory is gone, nothing is mounted
-/// below it, no shim names it, and no cgroup root of this process's nodes is left.
-fn assert_nothing_left(dir: &Path) -> anyhow::Result<()> {
+/// After the control plane with its nodes is dropped: its directory is gone, nothing is
+/// mounted below it, no process names it, and none of its nodes' cgroup roots (`/vmop-node-...`)
+/// is left in any hierarchy.
+fn assert_nothing_left(dir: &Path, cgroup_roots: &[String]) -> anyhow::Result<()> {
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
     let dir_text = dir.display().to_string();
     ensure!(
@@ -368,11 +577,11 @@ fn assert_nothing_left(dir: &Path) -> anyhow::Result<()> {
         "mounts left under {dir_text}:\n{mountinfo}"
     );
     ensure!(!dir.exists(), "{dir_text} is left");
-    let prefix = format!("vmop-node-{}-", std::process::id());
     for hierarchy in std::fs::read_dir("/sys/fs/cgroup")?.flatten() {
         for entry in std::fs::read_dir(hierarchy.path())?.flatten() {
+            let name = format!("/{}", entry.file_name().to_string_lossy());
             ensure!(
-                !entry.file_name().to_string_lossy().starts_with(&prefix),
+                !cgroup_roots.contains(&name),
                 "cgroup {} is left",
                 entry.path().display()
             );

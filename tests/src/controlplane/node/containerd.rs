@@ -1,5 +1,7 @@
-//! containerd for the test node: its configuration (version 3, containerd 2.x) and how it is
-//! started. Everything it keeps is below `<node dir>/containerd`; its socket is its own.
+//! containerd for a test node: its configuration (version 3, containerd 2.x) and how it is
+//! started. Everything it keeps is below `<node dir>/containerd`; its socket is its own, so
+//! each node of a control plane has its own containerd (own root, state, sockets, runc root,
+//! CNI configuration), its streaming server on the node's loopback address.
 //!
 //! Nothing is ever pulled from outside the machine: the sandbox image is the project's pause
 //! image, imported before kubelet starts, and every registry is mapped to `127.0.0.1:1`
@@ -7,6 +9,7 @@
 //! pull at once instead of reaching the internet.
 
 use std::io;
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -84,13 +87,14 @@ pub async fn start(
         .await
 }
 
-/// Writes the configuration, the CNI network and the registry mapping.
-pub fn write_files(binaries: &NodeBinaries, layout: &Layout) -> io::Result<()> {
+/// Writes the configuration, the CNI network and the registry mapping; `address` is the
+/// node's.
+pub fn write_files(binaries: &NodeBinaries, layout: &Layout, address: Ipv4Addr) -> io::Result<()> {
     let default_registry = layout.registry_dir().join("_default");
     for dir in [&layout.dir, &layout.cni_conf_dir(), &default_registry] {
         std::fs::create_dir_all(dir)?;
     }
-    std::fs::write(layout.config(), configuration(binaries, layout))?;
+    std::fs::write(layout.config(), configuration(binaries, layout, address))?;
     // Loopback alone: only hostNetwork Pods run here, and containerd reports the network
     // ready once it has loaded a network besides its own loopback one.
     std::fs::write(
@@ -112,7 +116,7 @@ pub fn write_files(binaries: &NodeBinaries, layout: &Layout) -> io::Result<()> {
 /// `restrict_oom_score_adj`: containers get no lower OOM score adjustment than containerd's
 /// own. kubelet asks -998 for every sandbox, which needs CAP_SYS_RESOURCE; where that is
 /// missing (this machine's root lacks it) runc could not start any Pod.
-fn configuration(binaries: &NodeBinaries, layout: &Layout) -> String {
+fn configuration(binaries: &NodeBinaries, layout: &Layout, address: Ipv4Addr) -> String {
     let dir = layout.dir.display();
     let socket = layout.socket.display();
     let shim = binaries.bin("containerd-shim-runc-v2");
@@ -130,7 +134,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.internal.v1.opt"]
   address = "{socket}.ttrpc"
 
 [plugins."io.containerd.grpc.v1.cri"]
-  stream_server_address = "127.0.0.1"
+  stream_server_address = "{address}"
   stream_server_port = "0"
 
 [plugins."io.containerd.cri.v1.runtime"]

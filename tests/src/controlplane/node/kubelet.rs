@@ -1,14 +1,16 @@
-//! kubelet for the test node: its configuration file and how it is started.
+//! kubelet for a test node: its configuration file and how it is started.
 //!
-//! The node is named `127.0.0.1`, which kubelet takes as its address too. A loopback address is
-//! refused by `--node-ip` (kubelet's `validateNodeIP` rejects loopback addresses), but a
-//! hostname override that parses as an IP becomes the node's InternalIP unvalidated; so the
-//! Node, its Pods' `hostIP` and hostNetwork Pods' `podIP` are all 127.0.0.1, and the apiserver
-//! reaches kubelet (logs, exec) on loopback only, never on a private address.
+//! Node `i` is named `127.0.0.<i+1>` ([`node_address`]), which kubelet takes as its address
+//! too. A loopback address is refused by `--node-ip` (kubelet's `validateNodeIP` rejects
+//! loopback addresses), but a hostname override that parses as an IP becomes the node's
+//! InternalIP unvalidated; so the Node, its Pods' `hostIP` and hostNetwork Pods' `podIP` are
+//! all that address, and the apiserver reaches kubelet (logs, exec) on loopback only, never on
+//! a private address. kubelet's server and healthz ports are bound on that address alone, so
+//! several nodes' kubelets coexist on one host, each on its own loopback address.
 //!
 //! Everything it writes is under the node's directory (root dir, certificates, Pod logs,
 //! volume plugins), except what kubelet hard-codes: `/var/lib/kubelet/device-plugins` and
-//! `/var/log/containers` (see `teardown.rs`).
+//! `/var/log/containers` (see `teardown.rs` and `device_plugins.rs`).
 
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
@@ -19,11 +21,22 @@ use serde_json::json;
 
 use crate::controlplane::launch::{Component, LaunchError, Launched, args};
 
-/// The node's name and address.
+/// The first node's name and address.
 pub const NODE_NAME: &str = "127.0.0.1";
 
-/// Where kubelet keeps its files, below the node's directory.
+/// The most nodes a control plane may have (`127.0.0.1` to `127.0.0.<MAX_NODES>`).
+pub const MAX_NODES: usize = 8;
+
+/// Node `index`'s address (and name): `127.0.0.<index + 1>`.
+pub fn node_address(index: usize) -> Ipv4Addr {
+    let last = u8::try_from(index.saturating_add(1)).unwrap_or(u8::MAX);
+    Ipv4Addr::new(127, 0, 0, last)
+}
+
+/// Where kubelet keeps its files, below the node's directory, and who it is.
 pub struct Paths<'a> {
+    /// The node's name and address (`--hostname-override`, server and healthz address).
+    pub address: Ipv4Addr,
     /// The node's directory.
     pub dir: &'a Path,
     /// kubelet's kubeconfig (its own client certificate).
@@ -66,12 +79,13 @@ pub async fn start(
                     format!("--kubeconfig={}", paths.kubeconfig.display()),
                     format!("--root-dir={}", root_dir.display()),
                     format!("--cert-dir={}", root_dir.join("pki").display()),
-                    format!("--hostname-override={NODE_NAME}"),
+                    format!("--hostname-override={}", paths.address),
                 ])
             },
             |ports| async move {
                 let (_, healthz) = ports_of(&ports);
-                tokio::task::spawn_blocking(move || healthy(healthz))
+                let address = paths.address;
+                tokio::task::spawn_blocking(move || healthy(address, healthz))
                     .await
                     .map_err(|error| error.to_string())?
             },
@@ -108,10 +122,10 @@ fn configuration(paths: &Paths<'_>, cgroup_root: &str, port: u16, healthz: u16) 
         "failSwapOn": false,
         "containerRuntimeEndpoint": endpoint,
         "imageServiceEndpoint": endpoint,
-        "address": "127.0.0.1",
+        "address": paths.address.to_string(),
         "port": port,
         "readOnlyPort": 0,
-        "healthzBindAddress": "127.0.0.1",
+        "healthzBindAddress": paths.address.to_string(),
         "healthzPort": healthz,
         // The apiserver (logs, exec) connects without a client certificate: anyone who can
         // reach loopback may use this kubelet, which only tests do.
@@ -134,13 +148,14 @@ fn configuration(paths: &Paths<'_>, cgroup_root: &str, port: u16, healthz: u16) 
     document.to_string()
 }
 
-/// `GET /healthz` over plain HTTP/1.0 on kubelet's healthz port; it answers `ok`.
-fn healthy(port: u16) -> Result<(), String> {
+/// `GET /healthz` over plain HTTP/1.0 on kubelet's healthz address and port; it answers `ok`.
+fn healthy(address: Ipv4Addr, port: u16) -> Result<(), String> {
     let exchange = || -> io::Result<String> {
-        let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-        let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(1))?;
+        let socket = SocketAddr::from((address, port));
+        let mut stream = TcpStream::connect_timeout(&socket, Duration::from_secs(1))?;
         stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-        stream.write_all(b"GET /healthz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
+        let request = format!("GET /healthz HTTP/1.0\r\nHost: {address}\r\n\r\n");
+        stream.write_all(request.as_bytes())?;
         let mut response = String::new();
         stream.read_to_string(&mut response)?;
         Ok(response)

@@ -1,19 +1,31 @@
-//! A real node for the test control plane, so tests can run Pods: containerd (with runc and
-//! the project's pause image), kubelet and kube-scheduler, built from Go modules by
-//! `tests/node/build.sh` and started on loopback under the control plane's directory.
+//! Real nodes for the test control plane, so tests can run Pods: each node is a containerd
+//! (with runc and the project's pause image) and a kubelet, and one kube-scheduler serves them
+//! all, built from Go modules by `tests/node/build.sh` and started on loopback under the
+//! control plane's directory.
 //!
-//! Ask for it with [`ControlPlane::with_node`](super::ControlPlane::with_node) (or
-//! `Options { node: true, .. }`); reach it with [`ControlPlane::node`](super::ControlPlane::node).
-//! The node is named and addressed `127.0.0.1` ([`NODE_NAME`]): hostNetwork Pods are the only
-//! ones it runs (its CNI network is loopback alone), and their `podIP` is 127.0.0.1. Images are
-//! never pulled (every registry maps to a closed loopback port): import them with
-//! [`Node::import_image`] and use `imagePullPolicy: Never` or `IfNotPresent`.
+//! Ask for one with [`ControlPlane::with_node`](super::ControlPlane::with_node), for several
+//! with [`ControlPlane::with_nodes`](super::ControlPlane::with_nodes) (or
+//! `Options { nodes: n, .. }`); reach them with [`ControlPlane::node`](super::ControlPlane::node)
+//! (the first) and [`ControlPlane::nodes`](super::ControlPlane::nodes). Node `i` is named and
+//! addressed `127.0.0.<i+1>` ([`node_address`]; the first is [`NODE_NAME`]): hostNetwork Pods
+//! are the only ones it runs (its CNI network is loopback alone), and their `podIP` is the
+//! node's address, so two replicas that each bind `$(POD_IP):<port>` on different nodes do not
+//! collide although all nodes share the host's network namespace. Images are never pulled
+//! (every registry maps to a closed loopback port): import them with [`Node::import_image`]
+//! (or [`ControlPlane::import_image_everywhere`](super::ControlPlane::import_image_everywhere))
+//! and use `imagePullPolicy: Never` or `IfNotPresent`.
+//!
+//! Several nodes coexist on one host because each has its own directory (containerd's root,
+//! state and sockets, kubelet's root directory, certificates, Pod logs), its own cgroup root,
+//! and its own loopback address for kubelet's ports; what kubelet hard-codes is shared, and
+//! kubelets start one at a time for it (`device_plugins.rs`).
 //!
 //! Stopping it (drop, or the control plane's exit handler) leaves nothing: see `teardown.rs`.
 
 mod binaries;
 mod cgroups;
 mod containerd;
+mod device_plugins;
 mod images;
 mod kubelet;
 mod mounts;
@@ -23,12 +35,13 @@ mod sys;
 mod teardown;
 
 use std::io;
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 pub use binaries::{NODE_BIN_DIR_ENV, NodeBinaries, NodeBinariesError};
-pub use kubelet::NODE_NAME;
+pub use kubelet::{MAX_NODES, NODE_NAME, node_address};
 pub(super) use teardown::sweep_stale;
 
 use super::kubeconfig::{self, Credentials, KubeconfigError};
@@ -54,6 +67,10 @@ pub enum NodeError {
     Kubeconfig(#[source] KubeconfigError),
     #[error("failed to start a node component")]
     Launch(#[source] LaunchError),
+    #[error("a control plane has 1 to {MAX_NODES} nodes, not {0}")]
+    Count(usize),
+    #[error("failed to start kube-scheduler")]
+    Scheduler(#[source] LaunchError),
     #[error("failed to import an image into the node's containerd: {0}")]
     Import(String),
     #[error(transparent)]
@@ -62,13 +79,14 @@ pub enum NodeError {
     Join(#[source] tokio::task::JoinError),
 }
 
-/// Why the node never got Ready, with the ends of kubelet's and containerd's logs.
+/// Why a node never got Ready, with the ends of kubelet's and containerd's logs.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "the node {NODE_NAME} was not Ready within {timeout:?}: {last_seen}\n\
+    "the node {node} was not Ready within {timeout:?}: {last_seen}\n\
      end of {kubelet_log}:\n{kubelet_tail}\nend of {containerd_log}:\n{containerd_tail}"
 )]
 pub struct NotReady {
+    pub node: String,
     pub timeout: Duration,
     pub last_seen: String,
     pub kubelet_log: PathBuf,
@@ -80,7 +98,7 @@ pub struct NotReady {
 /// What of the control plane a node needs to start.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Context<'a> {
-    /// The control plane's directory; the node's goes below it.
+    /// The control plane's directory; the nodes' go below it (`node-127.0.0.<i+1>`).
     pub dir: &'a Path,
     pub pki: &'a Pki,
     pub server_url: &'a str,
@@ -90,11 +108,47 @@ pub(super) struct Context<'a> {
     pub timeout: Duration,
 }
 
-/// A running node: containerd, kubelet and kube-scheduler, Ready for Pods.
+/// Starts kube-scheduler, one for all the nodes of a control plane (its log and certificates
+/// in the control plane's directory), so that Pods of Deployments (no `nodeName`) land on
+/// them. Killed when the returned process drops.
+pub(super) async fn start_scheduler(context: Context<'_>) -> Result<Process, NodeError> {
+    let binaries = tokio::task::spawn_blocking(NodeBinaries::locate)
+        .await
+        .map_err(NodeError::Join)?
+        .map_err(NodeError::Binaries)?;
+    let launched = scheduler::start(
+        &binaries.bin("kube-scheduler"),
+        context.dir,
+        context.admin_kubeconfig,
+        context.admin,
+        context.timeout,
+    )
+    .await
+    .map_err(NodeError::Scheduler)?;
+    Ok(launched.process)
+}
+
+/// Starts nodes `0..count` at once (see [`Node::start`]): all Ready, or an error and none left
+/// running.
+pub(super) async fn start_nodes(
+    context: Context<'_>,
+    count: usize,
+) -> Result<Vec<Node>, NodeError> {
+    if !(1..=MAX_NODES).contains(&count) {
+        return Err(NodeError::Count(count));
+    }
+    // Dropping the futures of the others when one fails stops what they started.
+    futures::future::try_join_all((0..count).map(|index| Node::start(context, index))).await
+}
+
+/// A running node: containerd and kubelet, Ready for Pods (the control plane runs the
+/// scheduler).
 ///
 /// Stopped when dropped, or by [`Node::stop`] (idempotent).
 #[derive(Debug)]
 pub struct Node {
+    name: String,
+    address: Ipv4Addr,
     binaries: NodeBinaries,
     dir: PathBuf,
     containerd: containerd::Layout,
@@ -105,7 +159,6 @@ pub struct Node {
 /// The node's processes, taken out as they are stopped.
 #[derive(Debug, Default)]
 struct Processes {
-    scheduler: Option<Process>,
     kubelet: Option<Process>,
     containerd: Option<Process>,
     /// Whether this node counts in `teardown::kubelet_host_dirs`.
@@ -113,15 +166,20 @@ struct Processes {
 }
 
 impl Node {
-    /// Starts containerd, imports the pause image, starts kubelet and kube-scheduler, and
-    /// waits until the Node is Ready and untainted. On failure, what was started is stopped.
-    pub(super) async fn start(context: Context<'_>) -> Result<Self, NodeError> {
+    /// Starts node `index` (named and addressed [`node_address`]`(index)`): containerd,
+    /// imports the pause image, starts kubelet, and waits until the Node is Ready and
+    /// untainted. On failure (or when the future is dropped), what was started is stopped.
+    pub(super) async fn start(context: Context<'_>, index: usize) -> Result<Self, NodeError> {
         let started = Instant::now();
         let binaries = tokio::task::spawn_blocking(NodeBinaries::locate)
             .await
             .map_err(NodeError::Join)?
             .map_err(NodeError::Binaries)?;
-        let dir = context.dir.join("node");
+        let address = node_address(index);
+        let name = address.to_string();
+        let dir = context
+            .dir
+            .join(format!("{}{name}", teardown::NODE_DIR_PREFIX));
         std::fs::create_dir_all(&dir).map_err(|source| NodeError::Files {
             path: dir.clone(),
             source,
@@ -132,6 +190,8 @@ impl Node {
         }
         let layout = containerd::Layout::new(&dir);
         let mut node = Self {
+            name,
+            address,
             binaries,
             dir,
             containerd: layout,
@@ -141,7 +201,8 @@ impl Node {
         node.cgroup_root = Some(cgroups::CgroupRoot::create().map_err(NodeError::Cgroups)?);
         node.start_components(context).await?;
         eprintln!(
-            "node: {NODE_NAME} Ready in {:.1} s (logs in {})",
+            "node: {} Ready in {:.1} s (logs in {})",
+            node.name,
             started.elapsed().as_secs_f64(),
             node.dir.display()
         );
@@ -150,12 +211,12 @@ impl Node {
 
     async fn start_components(&self, context: Context<'_>) -> Result<(), NodeError> {
         let timeout = context.timeout;
-        containerd::write_files(&self.binaries, &self.containerd).map_err(|source| {
-            NodeError::Files {
+        containerd::write_files(&self.binaries, &self.containerd, self.address).map_err(
+            |source| NodeError::Files {
                 path: self.containerd.dir.clone(),
                 source,
-            }
-        })?;
+            },
+        )?;
         let containerd = containerd::start(&self.binaries, &self.containerd, timeout)
             .await
             .map_err(NodeError::Launch)?;
@@ -169,6 +230,7 @@ impl Node {
             .map(cgroups::CgroupRoot::path)
             .unwrap_or_default();
         let paths = kubelet::Paths {
+            address: self.address,
             dir: &self.dir,
             kubeconfig: &kubeconfig,
             containerd_socket: &self.containerd.socket,
@@ -178,20 +240,21 @@ impl Node {
             teardown::kubelet_host_dirs::acquire();
             processes.holds_kubelet_host_dirs = true;
         }
+        // One kubelet at a time until it listens on its device-plugin socket.
+        let start_lock = device_plugins::StartLock::acquire(timeout)
+            .await
+            .map_err(|source| NodeError::Files {
+                path: PathBuf::from(device_plugins::DIR),
+                source,
+            })?;
+        let kubelet_started = SystemTime::now();
         let kubelet = kubelet::start(&self.binaries.bin("kubelet"), &paths, &cgroup_root, timeout)
             .await
             .map_err(NodeError::Launch)?;
         self.lock().kubelet = Some(kubelet.process);
-        let scheduler = scheduler::start(
-            &self.binaries.bin("kube-scheduler"),
-            &self.dir,
-            context.admin_kubeconfig,
-            context.admin,
-            timeout,
-        )
-        .await
-        .map_err(NodeError::Launch)?;
-        self.lock().scheduler = Some(scheduler.process);
+        self.wait_for_device_plugin_socket(kubelet_started, timeout)
+            .await?;
+        drop(start_lock);
 
         let client = kube::Client::try_from(context.admin.clone()).map_err(|source| {
             NodeError::Kubeconfig(KubeconfigError::Client {
@@ -199,19 +262,39 @@ impl Node {
                 source,
             })
         })?;
-        ready::wait(client, NODE_NAME, timeout, || self.check_alive())
+        ready::wait(client, &self.name, timeout, || self.check_alive())
             .await
             .map_err(|last_seen| self.not_ready(timeout, last_seen))
     }
 
-    /// kubelet's kubeconfig: its own client certificate, `system:node:127.0.0.1`. The group is
+    /// Waits until the kubelet started at `since` listens on its device-plugin registration
+    /// socket (`device_plugins.rs`), it or containerd exits, or `timeout` passes.
+    async fn wait_for_device_plugin_socket(
+        &self,
+        since: SystemTime,
+        timeout: Duration,
+    ) -> Result<(), NodeError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while !device_plugins::socket_made_since(since) {
+            self.check_alive()
+                .map_err(|died| self.not_ready(timeout, died))?;
+            if tokio::time::Instant::now() >= deadline {
+                let missing = format!("kubelet made no socket in {}", device_plugins::DIR);
+                return Err(self.not_ready(timeout, missing));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
+    }
+
+    /// kubelet's kubeconfig: its own client certificate, `system:node:<address>`. The group is
     /// `system:masters` because the control plane authorizes with RBAC alone (no Node
     /// authorizer), under which no other group lets a kubelet do its work.
     fn kubelet_kubeconfig(&self, context: Context<'_>) -> Result<PathBuf, NodeError> {
         let cert = context
             .pki
             .client_cert(
-                &format!("system:node:{NODE_NAME}"),
+                &format!("system:node:{}", self.name),
                 &["system:masters"],
                 "kubelet",
             )
@@ -258,6 +341,7 @@ impl Node {
         let (kubelet_log, kubelet_tail) = log(&processes.kubelet);
         let (containerd_log, containerd_tail) = log(&processes.containerd);
         NodeError::NotReady(Box::new(NotReady {
+            node: self.name.clone(),
             timeout,
             last_seen,
             kubelet_log,
@@ -277,16 +361,23 @@ impl Node {
             .await
             .map_err(NodeError::Import)?;
         eprintln!(
-            "node: imported {} in {:.1} s",
+            "node: {}: imported {} in {:.1} s",
+            self.name,
             archive.display(),
             started.elapsed().as_secs_f64()
         );
         Ok(output)
     }
 
-    /// The Node's name (and address): `127.0.0.1`.
+    /// The Node's name (and address): `127.0.0.<i+1>` for node `i`.
     pub fn name(&self) -> &str {
-        NODE_NAME
+        &self.name
+    }
+
+    /// The node's address, its name as an IP: the `hostIP` of its Pods and the `podIP` of its
+    /// hostNetwork Pods.
+    pub fn address(&self) -> Ipv4Addr {
+        self.address
     }
 
     /// The pause image's name, present on every node: a program that waits for SIGTERM, as
@@ -304,6 +395,12 @@ impl Node {
         &self.dir
     }
 
+    /// The node's own cgroup root as kubelet names it (`/vmop-node-<pid>-<n>`, a directory of
+    /// that name in each cgroup hierarchy), gone once the node stopped.
+    pub fn cgroup_root(&self) -> Option<String> {
+        self.cgroup_root.as_ref().map(cgroups::CgroupRoot::path)
+    }
+
     /// containerd's socket, for `ctr --address` or a CRI client.
     pub fn containerd_socket(&self) -> &Path {
         &self.containerd.socket
@@ -318,18 +415,14 @@ impl Node {
         command
     }
 
-    /// Log files of containerd, kubelet and kube-scheduler.
+    /// Log files of containerd and kubelet.
     pub fn logs(&self) -> Vec<PathBuf> {
         let processes = self.lock();
-        [
-            &processes.containerd,
-            &processes.kubelet,
-            &processes.scheduler,
-        ]
-        .into_iter()
-        .flatten()
-        .map(|p| p.log_path().to_path_buf())
-        .collect()
+        [&processes.containerd, &processes.kubelet]
+            .into_iter()
+            .flatten()
+            .map(|p| p.log_path().to_path_buf())
+            .collect()
     }
 
     /// The ends of kubelet's and containerd's logs, for the error of a test whose Pod did not
@@ -353,18 +446,14 @@ impl Node {
         .join("\n")
     }
 
-    /// Process ids of containerd, kubelet and kube-scheduler (not of the shims and containers).
+    /// Process ids of containerd and kubelet (not of the shims and containers).
     pub fn pids(&self) -> Vec<u32> {
         let processes = self.lock();
-        [
-            &processes.containerd,
-            &processes.kubelet,
-            &processes.scheduler,
-        ]
-        .into_iter()
-        .flatten()
-        .map(Process::pid)
-        .collect()
+        [&processes.containerd, &processes.kubelet]
+            .into_iter()
+            .flatten()
+            .map(Process::pid)
+            .collect()
     }
 
     /// Stops the node and removes everything it made (see `teardown.rs`); the node's
@@ -373,9 +462,6 @@ impl Node {
     pub fn stop(&self) {
         let mut processes = self.lock();
         let running = processes.containerd.is_some() || processes.kubelet.is_some();
-        if let Some(scheduler) = processes.scheduler.take() {
-            scheduler.kill();
-        }
         if let Some(kubelet) = processes.kubelet.take() {
             kubelet.kill();
         }
@@ -399,7 +485,11 @@ impl Node {
             teardown::kubelet_host_dirs::release();
         }
         if running && !problems.is_empty() {
-            eprintln!("node: teardown left: {}", problems.join("; "));
+            eprintln!(
+                "node: {}: teardown left: {}",
+                self.name,
+                problems.join("; ")
+            );
         }
     }
 

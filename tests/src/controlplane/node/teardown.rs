@@ -26,6 +26,8 @@ const POLL_INTERVAL: Duration = Duration::from_millis(20);
 const SHIM_SOCKETS: &str = "/run/containerd/s";
 /// kubelet's symlinks to containers' logs (a path it hard-codes).
 const CONTAINER_LOG_LINKS: &str = "/var/log/containers";
+/// A node's directory in the control plane's is `node-<its address>`.
+pub const NODE_DIR_PREFIX: &str = "node-";
 
 /// Deletes every task and container of containerd's `k8s.io` namespace through `ctr`.
 /// Returns what went wrong (the teardown goes on regardless).
@@ -190,13 +192,26 @@ pub fn release(dir: &Path, cgroup_root: Option<&cgroups::CgroupRoot>) -> Vec<Str
 }
 
 /// What a test binary killed before its teardown left in `dir` (a control plane's directory
-/// whose process is gone): its shims are killed (with their containers, via the cgroups of
-/// dead node processes) and its mounts detached, so that the directory can be removed.
+/// whose process is gone): the shims of all its nodes are killed (with their containers, via
+/// the cgroups of dead node processes) and its mounts detached, so that the directory can be
+/// removed.
 pub fn sweep_stale(dir: &Path) {
-    if !dir.join("node").exists() {
+    // `node` is where the single node of earlier versions lived.
+    let node_dirs: Vec<PathBuf> = read_dir_paths(dir)
+        .into_iter()
+        .filter(|path| {
+            path.file_name()
+                .and_then(|name| name.to_str())
+                .is_some_and(|name| name == "node" || name.starts_with(NODE_DIR_PREFIX))
+        })
+        .collect();
+    if node_dirs.is_empty() {
         return;
     }
-    let sockets = shim_sockets(&dir.join("node/containerd/state"));
+    let sockets: Vec<PathBuf> = node_dirs
+        .iter()
+        .flat_map(|node| shim_sockets(&node.join("containerd/state")))
+        .collect();
     kill_shims_mentioning(&dir.display().to_string());
     let _ = cgroups::remove_stale();
     let _ = mounts::unmount_all_under(dir);
@@ -206,10 +221,10 @@ pub fn sweep_stale(dir: &Path) {
 }
 
 /// The directories kubelet makes whatever its configuration says: `/var/lib/kubelet` (for
-/// `device-plugins/`) and `/var/log/containers` (for its log symlinks). Those that did not
-/// exist before the first node of this process started are removed when the last one stops
-/// (the first only of what kubelet puts there regardless of its root directory, the second
-/// only if empty).
+/// `device-plugins/`) and `/var/log/containers` (for its log symlinks), shared by every node
+/// of every control plane of this process. Those that did not exist before the first node of
+/// this process started are removed when the last one stops (the first only of what kubelet
+/// puts there regardless of its root directory, the second only if empty).
 pub mod kubelet_host_dirs {
     use std::path::Path;
     use std::sync::{Mutex, PoisonError};
