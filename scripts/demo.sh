@@ -5,6 +5,9 @@
 # it prints `kubectl get vm` and how to use the cluster. Ctrl-C stops everything it started.
 #
 #   scripts/demo.sh                    # runs until Ctrl-C
+#   scripts/demo.sh --in-cluster       # the operator as a Pod on a real node (kubelet,
+#                                      #   containerd, runc) from the image built here, by
+#                                      #   `helm install`, its plugin from an image volume
 #   scripts/demo.sh --exit-when-ready  # stops everything right after printing (CI, tests)
 #   scripts/demo.sh --help             # the demo's own options
 #

@@ -7,6 +7,8 @@
 //! addresses) goes to stdout. `--exit-when-ready` stops everything and exits 0 right after
 //! printing, for tests and CI.
 
+#[path = "demo/incluster.rs"]
+mod incluster;
 #[path = "demo/objects.rs"]
 mod objects;
 #[path = "demo/operator.rs"]
@@ -49,13 +51,17 @@ struct Args {
     /// How long the VirtualMachines may take to become Running, in seconds.
     #[arg(long, default_value_t = 120)]
     timeout: u64,
+    /// Run the operator as a Pod on a real node (kubelet, containerd, runc) from the image
+    /// built here, installed by `helm install charts/vmop`, its plugin from an image volume.
+    #[arg(long)]
+    in_cluster: bool,
 }
 
 /// Everything the demo started. Fields drop in declaration order: the operator before moto
 /// before the control plane, and the files last.
 #[derive(Debug)]
 struct Demo {
-    operator: Operator,
+    operator: Runner,
     moto: Moto,
     control_plane: ControlPlane,
     metrics_addr: SocketAddr,
@@ -71,7 +77,7 @@ async fn main() -> anyhow::Result<()> {
     let vmop = locate_vmop(args.vmop)?;
     let started = Instant::now();
     let mut demo = tokio::select! {
-        demo = Demo::start(&vmop, Duration::from_secs(args.timeout)) => demo?,
+        demo = Demo::start(&vmop, Duration::from_secs(args.timeout), args.in_cluster) => demo?,
         name = signals.recv() => bail!("interrupted by {name} during start-up; stopped what was started"),
     };
     eprintln!(
@@ -83,7 +89,7 @@ async fn main() -> anyhow::Result<()> {
         table: &table,
         control_plane: &demo.control_plane,
         moto_endpoint: &demo.moto.endpoint(),
-        operator_log: demo.operator.log_path(),
+        operator_log: &demo.operator.log_hint(),
         metrics_addr: demo.metrics_addr,
         dir: demo.dir.path(),
         waits_for_signal: !args.exit_when_ready,
@@ -113,11 +119,19 @@ async fn main() -> anyhow::Result<()> {
 }
 
 impl Demo {
-    async fn start(vmop: &Path, timeout: Duration) -> anyhow::Result<Self> {
-        let control_plane = step("starting the control plane (etcd, kube-apiserver)", async {
-            Ok(ControlPlane::start().await?)
-        })
-        .await?;
+    async fn start(vmop: &Path, timeout: Duration, in_cluster: bool) -> anyhow::Result<Self> {
+        let control_plane = if in_cluster {
+            step(
+                "starting the control plane and a node (kubelet, containerd, runc)",
+                async { Ok(ControlPlane::with_node().await?) },
+            )
+            .await?
+        } else {
+            step("starting the control plane (etcd, kube-apiserver)", async {
+                Ok(ControlPlane::start().await?)
+            })
+            .await?
+        };
         // On this (main) thread, not a blocking-pool thread: moto dies with the thread that
         // started it, and pool threads exit when idle.
         let moto = step("starting moto (EC2 API)", async { Ok(Moto::start()?) }).await?;
@@ -126,6 +140,36 @@ impl Demo {
         let dir = tempfile::Builder::new().prefix("vmop-demo-").tempdir()?;
         let plugin_dir = dir.path().join("plugins");
         let cache_dir = dir.path().join("cache");
+        if in_cluster {
+            let metrics_addr = step(
+                "building the operator and plugin images, helm install charts/vmop",
+                incluster::install_operator(&control_plane, vmop, dir.path()),
+            )
+            .await?;
+            step(
+                "applying the ec2 ProviderConfig, Secret and 3 VirtualMachines",
+                async {
+                    let mut objects = Objects::for_endpoint(&moto.endpoint())?;
+                    objects.provider_config.spec.plugin.path = incluster::PLUGIN_PATH.to_owned();
+                    objects.apply(&client).await
+                },
+            )
+            .await?;
+            let mut operator = Runner::Pods;
+            let vms = Api::<VirtualMachine>::namespaced(client, DEMO_NAMESPACE);
+            step(
+                "waiting for the VirtualMachines to be Running",
+                wait_running(&vms, &mut operator, timeout),
+            )
+            .await?;
+            return Ok(Self {
+                operator,
+                moto,
+                control_plane,
+                metrics_addr,
+                dir,
+            });
+        }
         step(
             "installing the CRDs, ec2 ProviderConfig, Secret and 3 VirtualMachines",
             async {
@@ -150,7 +194,7 @@ impl Demo {
         .await?;
 
         let metrics_addr = free_loopback_addr()?;
-        let mut operator = step("starting the operator (vmop run)", async {
+        let operator = step("starting the operator (vmop run)", async {
             Launch {
                 bin: vmop,
                 kubeconfig: control_plane.kubeconfig(),
@@ -167,6 +211,7 @@ impl Demo {
             "demo: the operator logs to {}",
             operator.log_path().display()
         );
+        let mut operator = Runner::Process(Box::new(operator));
         let vms = Api::<VirtualMachine>::namespaced(client, DEMO_NAMESPACE);
         step(
             "waiting for the VirtualMachines to be Running",
@@ -225,7 +270,7 @@ impl Demo {
 /// log.
 async fn wait_running(
     vms: &Api<VirtualMachine>,
-    operator: &mut Operator,
+    operator: &mut Runner,
     timeout: Duration,
 ) -> anyhow::Result<()> {
     let started = Instant::now();
@@ -271,6 +316,60 @@ async fn wait_running(
                  the operator's log (removed with the demo's files):\n{}",
                 operator.log_tail()
             );
+        }
+    }
+}
+
+/// The operator: a child process, or the Pods of `--in-cluster` (the node's to run and stop).
+#[derive(Debug)]
+enum Runner {
+    Process(Box<Operator>),
+    Pods,
+}
+
+impl Runner {
+    fn exited(&mut self) -> anyhow::Result<Option<std::process::ExitStatus>> {
+        match self {
+            Runner::Process(operator) => operator.exited(),
+            Runner::Pods => Ok(None),
+        }
+    }
+
+    async fn wait(&mut self) -> anyhow::Result<std::process::ExitStatus> {
+        match self {
+            Runner::Process(operator) => operator.wait().await,
+            Runner::Pods => std::future::pending().await,
+        }
+    }
+
+    fn log_tail(&self) -> String {
+        match self {
+            Runner::Process(operator) => operator.log_tail(),
+            Runner::Pods => format!("(see `{}`)", incluster::log_command()),
+        }
+    }
+
+    /// Where to read the operator's log, for the summary.
+    fn log_hint(&self) -> String {
+        match self {
+            Runner::Process(operator) => {
+                format!("{}   (tail -f it)", operator.log_path().display())
+            }
+            Runner::Pods => incluster::log_command(),
+        }
+    }
+
+    fn pid(&self) -> Option<u32> {
+        match self {
+            Runner::Process(operator) => operator.pid(),
+            Runner::Pods => None,
+        }
+    }
+
+    async fn stop(&mut self, grace: Duration) -> anyhow::Result<()> {
+        match self {
+            Runner::Process(operator) => operator.stop(grace).await,
+            Runner::Pods => Ok(()),
         }
     }
 }

@@ -11,8 +11,6 @@
 //! The node has no pod network (loopback only): the chart's `hostNetwork` and
 //! `apiServer.host/port` values are set as deploy/README.md explains.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -26,10 +24,12 @@ use vmop_tests::controlplane::ControlPlane;
 use vmop_tests::fixtures;
 use vmop_tests::operator::scrape::scrape;
 
-use support::{
-    DEADLINE, NAMESPACE, PLUGIN_IMAGE, free_port, helm, image, is_ready, node_values,
-    operator_pods, restarts, run, sets, wait_pods,
+use vmop_tests::incluster::{
+    DEADLINE, NAMESPACE, free_port, helm, image, install, is_ready, node_values,
+    operator_namespace, operator_pods, restarts, run, sets, wait_pods,
 };
+
+const PLUGIN_IMAGE: &str = "docker.io/vmop/testcloud-plugin";
 
 const APPS: &str = "apps";
 const PLUGIN_PATH: &str = "testcloud/vmop_provider_testcloud.wasm";
@@ -326,20 +326,7 @@ async fn helm_install_runs_vmop_from_its_image_with_plugins_from_image_volumes()
     // deploy/namespace.yaml enforces the restricted profile, which forbids the host network
     // this node needs: here it warns and audits it instead, and the Pod's own spec is checked
     // against it below (the host network its only violation).
-    let mut kubectl = control_plane.kubectl_command();
-    kubectl.args(["apply", "--server-side", "-f", "deploy/namespace.yaml"]);
-    run(kubectl, "kubectl apply deploy/namespace.yaml").await?;
-    let mut relabel = control_plane.kubectl_command();
-    relabel.args([
-        "label",
-        "--overwrite",
-        "namespace",
-        NAMESPACE,
-        "pod-security.kubernetes.io/enforce=privileged",
-        "pod-security.kubernetes.io/warn=restricted",
-        "pod-security.kubernetes.io/audit=restricted",
-    ]);
-    run(relabel, "kubectl label namespace").await?;
+    operator_namespace(&control_plane).await?;
     let apps = Namespace {
         metadata: ObjectMeta {
             name: Some(APPS.to_owned()),
@@ -352,12 +339,9 @@ async fn helm_install_runs_vmop_from_its_image_with_plugins_from_image_volumes()
         .await?;
 
     let port = free_port()?;
-    let values = node_values(&control_plane, port)?;
-    let mut install = helm(&control_plane)?;
-    install
-        .args(["install", "vmop", "charts/vmop", "--namespace", NAMESPACE])
-        .args(sets(&values));
-    run(install, "helm install").await?;
+    let v1_reference = format!("{PLUGIN_IMAGE}:v1");
+    let values = node_values(&control_plane, port, &[("testcloud", &v1_reference)])?;
+    install(&control_plane, &values).await?;
     let to_ready = wait_pods(&client, &control_plane, "the operator Pod Ready", |pods| {
         pods.len() == 1 && pods.iter().all(is_ready)
     })

@@ -22,7 +22,8 @@ pub struct Summary<'a> {
     pub table: &'a str,
     pub control_plane: &'a ControlPlane,
     pub moto_endpoint: &'a str,
-    pub operator_log: &'a Path,
+    /// Where the operator's log is (a file to tail, or the kubectl command).
+    pub operator_log: &'a str,
     pub metrics_addr: SocketAddr,
     pub dir: &'a Path,
     /// False with `--exit-when-ready`: the demo stops right after printing.
@@ -86,11 +87,7 @@ fn render(s: &Summary<'_>) -> Result<String, std::fmt::Error> {
     writeln!(out, "  API server      {}", s.control_plane.server_url())?;
     writeln!(out, "  kubeconfig      {kubeconfig}")?;
     writeln!(out, "  EC2 API (moto)  {moto}")?;
-    writeln!(
-        out,
-        "  operator log    {}   (tail -f it)",
-        s.operator_log.display()
-    )?;
+    writeln!(out, "  operator log    {}", s.operator_log)?;
     writeln!(out, "  metrics         http://{}/metrics", s.metrics_addr)?;
     writeln!(out, "  demo files      {}", s.dir.display())?;
     writeln!(out)?;

@@ -1,21 +1,24 @@
-//! What the in-cluster test drives: helm and kubectl against the control plane, the images it
-//! builds and imports into the node, and waits on Pods.
+//! vmop installed in-cluster on the test node (`ControlPlane::with_node`), for the in-cluster
+//! test and `scripts/demo.sh --in-cluster`: helm against the control plane, the images built by
+//! `scripts/oci_image.py` and imported into the node, the chart values such a node needs
+//! (deploy/README.md, "Running on a loopback-only node"), and waits on the operator's Pods.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::controlplane::ControlPlane;
 use anyhow::{Context as _, bail, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
-use vmop_tests::controlplane::ControlPlane;
 
 /// Generous: the machine may be busy compiling; a test that passes never waits this long.
 pub const DEADLINE: Duration = Duration::from_secs(180);
 
+/// The operator's namespace, as deploy/namespace.yaml makes it.
 pub const NAMESPACE: &str = "vmop-system";
+/// The operator image's name (tag `test`) as imported into the node.
 pub const OPERATOR_IMAGE: &str = "docker.io/vmop/vmop";
-pub const PLUGIN_IMAGE: &str = "docker.io/vmop/testcloud-plugin";
 
 pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -68,9 +71,14 @@ pub fn helm(control_plane: &ControlPlane) -> anyhow::Result<Command> {
     Ok(command)
 }
 
-/// The chart values of the test's node: hostNetwork on a node that reaches the API server on
-/// loopback, images imported into the node (never pulled), `port` free on the node.
-pub fn node_values(control_plane: &ControlPlane, port: u16) -> anyhow::Result<Vec<String>> {
+/// The chart values of the test node: hostNetwork on a node that reaches the API server on
+/// loopback, images imported into the node (never pulled), `port` free on the node, and one
+/// image volume per `(name, reference)` plugin.
+pub fn node_values(
+    control_plane: &ControlPlane,
+    port: u16,
+    plugins: &[(&str, &str)],
+) -> anyhow::Result<Vec<String>> {
     let url = control_plane.server_url();
     let authority = url
         .strip_prefix("https://")
@@ -78,7 +86,7 @@ pub fn node_values(control_plane: &ControlPlane, port: u16) -> anyhow::Result<Ve
     let (host, api_port) = authority
         .rsplit_once(':')
         .context("the API server URL has a port")?;
-    Ok([
+    let mut values = vec![
         format!("image.repository={OPERATOR_IMAGE}"),
         "image.tag=test".to_owned(),
         "image.pullPolicy=Never".to_owned(),
@@ -87,11 +95,42 @@ pub fn node_values(control_plane: &ControlPlane, port: u16) -> anyhow::Result<Ve
         format!("apiServer.port={api_port}"),
         format!("metrics.port={port}"),
         "plugins.pullPolicy=Never".to_owned(),
-        "plugins.images[0].name=testcloud".to_owned(),
-        format!("plugins.images[0].reference={PLUGIN_IMAGE}:v1"),
-    ]
-    .into_iter()
-    .collect())
+    ];
+    for (i, (name, reference)) in plugins.iter().enumerate() {
+        values.push(format!("plugins.images[{i}].name={name}"));
+        values.push(format!("plugins.images[{i}].reference={reference}"));
+    }
+    Ok(values)
+}
+
+/// The operator's namespace from deploy/namespace.yaml, warning and auditing the restricted
+/// Pod Security profile instead of enforcing it: it forbids the host network the node needs.
+pub async fn operator_namespace(control_plane: &ControlPlane) -> anyhow::Result<()> {
+    let mut kubectl = control_plane.kubectl_command();
+    kubectl.args(["apply", "--server-side", "-f", "deploy/namespace.yaml"]);
+    run(kubectl, "kubectl apply deploy/namespace.yaml").await?;
+    let mut relabel = control_plane.kubectl_command();
+    relabel.args([
+        "label",
+        "--overwrite",
+        "namespace",
+        NAMESPACE,
+        "pod-security.kubernetes.io/enforce=privileged",
+        "pod-security.kubernetes.io/warn=restricted",
+        "pod-security.kubernetes.io/audit=restricted",
+    ]);
+    run(relabel, "kubectl label namespace").await?;
+    Ok(())
+}
+
+/// `helm install vmop charts/vmop` into [`NAMESPACE`] with `values`.
+pub async fn install(control_plane: &ControlPlane, values: &[String]) -> anyhow::Result<()> {
+    let mut install = helm(control_plane)?;
+    install
+        .args(["install", "vmop", "charts/vmop", "--namespace", NAMESPACE])
+        .args(sets(values));
+    run(install, "helm install").await?;
+    Ok(())
 }
 
 /// `--set` arguments for `values`.
