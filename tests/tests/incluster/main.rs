@@ -31,8 +31,10 @@ use vmop_tests::incluster::{
 
 const PLUGIN_IMAGE: &str = "docker.io/vmop/testcloud-plugin";
 
-const APPS: &str = "apps";
-const PLUGIN_PATH: &str = "testcloud/vmop_provider_testcloud.wasm";
+mod replicas;
+
+pub(crate) const APPS: &str = "apps";
+pub(crate) const PLUGIN_PATH: &str = "testcloud/vmop_provider_testcloud.wasm";
 const COMPILED: &str = "plugin compiled";
 const FROM_CACHE: &str = "plugin loaded from the precompiled cache, not compiled";
 
@@ -50,7 +52,7 @@ fn ready_condition(pc: &ProviderConfig) -> Option<(String, String, String)> {
 }
 
 /// Waits until ProviderConfig `name`'s Ready condition satisfies `done`.
-async fn wait_provider(
+pub(crate) async fn wait_provider(
     configs: &Api<ProviderConfig>,
     name: &str,
     what: &str,
@@ -70,7 +72,7 @@ async fn wait_provider(
     }
 }
 
-async fn wait_vms(
+pub(crate) async fn wait_vms(
     vms: &Api<VirtualMachine>,
     what: &str,
     done: impl Fn(&[VirtualMachine]) -> bool,
@@ -89,13 +91,13 @@ async fn wait_vms(
     }
 }
 
-fn vm_ready(vm: &VirtualMachine) -> bool {
+pub(crate) fn vm_ready(vm: &VirtualMachine) -> bool {
     vm.status
         .as_ref()
         .is_some_and(|s| conditions::is_true(&s.conditions, conditions::READY))
 }
 
-async fn provider_config(
+pub(crate) async fn provider_config(
     configs: &Api<ProviderConfig>,
     name: &str,
     path: &str,
@@ -113,6 +115,21 @@ async fn provider_config(
         },
     }))?;
     configs.create(&PostParams::default(), &pc).await?;
+    Ok(())
+}
+
+/// The namespace of the test's VirtualMachines.
+pub(crate) async fn apps_namespace(client: &kube::Client) -> anyhow::Result<()> {
+    let apps = Namespace {
+        metadata: ObjectMeta {
+            name: Some(APPS.to_owned()),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &apps)
+        .await?;
     Ok(())
 }
 
@@ -327,16 +344,7 @@ async fn helm_install_runs_vmop_from_its_image_with_plugins_from_image_volumes()
     // this node needs: here it warns and audits it instead, and the Pod's own spec is checked
     // against it below (the host network its only violation).
     operator_namespace(&control_plane).await?;
-    let apps = Namespace {
-        metadata: ObjectMeta {
-            name: Some(APPS.to_owned()),
-            ..ObjectMeta::default()
-        },
-        ..Namespace::default()
-    };
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &apps)
-        .await?;
+    apps_namespace(&client).await?;
 
     let port = free_port()?;
     let v1_reference = format!("{PLUGIN_IMAGE}:v1");
