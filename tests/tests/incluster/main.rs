@@ -118,6 +118,65 @@ pub(crate) async fn provider_config(
     Ok(())
 }
 
+/// Replaces the operator Deployment with one whose Pod has no cache volume (and the `Recreate`
+/// strategy: on the one node the new Pod needs the old one's port), and waits for that Pod to
+/// say the cache is disabled and become Ready.
+async fn without_the_cache_volume(
+    client: &kube::Client,
+    control_plane: &ControlPlane,
+) -> anyhow::Result<()> {
+    use k8s_openapi::api::apps::v1::{Deployment, DeploymentStrategy};
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
+    let mut deployment = deployments.get("vmop").await?;
+    let spec = &mut deployment.spec;
+    spec.strategy = Some(DeploymentStrategy {
+        type_: Some("Recreate".to_owned()),
+        rolling_update: None,
+    });
+    let pod = spec.template.spec.as_mut().context("a Pod template")?;
+    if let Some(volumes) = pod.volumes.as_mut() {
+        volumes.retain(|v| v.name != "cache");
+    }
+    for container in &mut pod.containers {
+        if let Some(mounts) = container.volume_mounts.as_mut() {
+            mounts.retain(|m| m.name != "cache");
+        }
+    }
+    deployments
+        .replace("vmop", &PostParams::default(), &deployment)
+        .await?;
+    let started = Instant::now();
+    loop {
+        let pods = operator_pods(client).await?;
+        let fresh: Vec<_> = pods
+            .iter()
+            .filter(|p| {
+                p.spec
+                    .as_ref()
+                    .and_then(|s| s.volumes.as_ref())
+                    .is_some_and(|v| v.iter().all(|v| v.name != "cache"))
+            })
+            .collect();
+        if let [pod] = fresh.as_slice()
+            && is_ready(pod)
+        {
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            let log = pod_log(control_plane, &name, false).await?;
+            if log.contains("plugin artifact cache disabled") {
+                eprintln!(
+                    "in-cluster: a Pod without the cache volume runs with the cache disabled"
+                );
+                return Ok(());
+            }
+        }
+        ensure!(
+            started.elapsed() < DEADLINE,
+            "no Ready Pod without the cache volume saying the cache is off"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 /// The namespace of the test's VirtualMachines.
 pub(crate) async fn apps_namespace(client: &kube::Client) -> anyhow::Result<()> {
     let apps = Namespace {
@@ -401,6 +460,12 @@ async fn helm_install_runs_vmop_from_its_image_with_plugins_from_image_volumes()
             .with_context(|| format!("not a JSON log line: {line}"))?;
     }
     let compiled = elapsed_of(&log, COMPILED).context("the first start compiled no plugin")?;
+    // In the `vmop precompile` child, under the Pod's limits (read-only root, no capabilities).
+    ensure!(
+        log.lines()
+            .any(|l| l.contains(COMPILED) && l.contains(r#""in_child":true"#)),
+        "the plugin was not compiled in the child process:\n{log}"
+    );
 
     // The container restarts (killed by the runtime): the compile cache, an emptyDir, survives.
     let container = pod
@@ -591,6 +656,18 @@ async fn helm_install_runs_vmop_from_its_image_with_plugins_from_image_volumes()
         "one Pod after the rollback",
         |pods| pods.len() == 1 && pods.iter().all(is_ready),
     )
+    .await?;
+
+    // A Deployment edited to drop the cache volume: the operator says the cache is off, compiles
+    // (the root filesystem is read-only) and serves.
+    without_the_cache_volume(&client, &control_plane).await?;
+    wait_provider(&configs, "testcloud", "loaded without a cache", |r| {
+        r.0 == "True"
+    })
+    .await?;
+    wait_vms(&vms, "VMs Ready without a cache", |list| {
+        list.iter().all(vm_ready)
+    })
     .await?;
 
     // Everything deleted: no machine left, no finalizer stuck.

@@ -6,7 +6,7 @@
 //! Pod to another only after the new one began holding the VM (the leader Lease, or the VM's
 //! shard) after the previous one's last call started: never two Pods at once.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -37,7 +37,8 @@ const SHARDS: u32 = 3;
 /// Follows every operator Pod's log into a file of its own, from the Pod's start to its end.
 struct Followers {
     dir: PathBuf,
-    started: Arc<Mutex<BTreeSet<String>>>,
+    /// Each Pod followed, with its `--shards` count (none: leader election).
+    started: Arc<Mutex<BTreeMap<String, Option<u32>>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -48,7 +49,7 @@ impl Followers {
             control_plane.kubeconfig().to_path_buf(),
         );
         let dir = dir.to_path_buf();
-        let started = Arc::new(Mutex::new(BTreeSet::new()));
+        let started = Arc::new(Mutex::new(BTreeMap::new()));
         let task = tokio::spawn({
             let (dir, started) = (dir.clone(), started.clone());
             async move {
@@ -58,7 +59,8 @@ impl Followers {
                         let new = started
                             .lock()
                             .unwrap_or_else(PoisonError::into_inner)
-                            .insert(name.clone());
+                            .insert(name.clone(), shards_of(&pod))
+                            .is_none();
                         if new {
                             tokio::spawn(follow(
                                 kubectl.clone(),
@@ -75,18 +77,17 @@ impl Followers {
         Followers { dir, started, task }
     }
 
-    /// Each Pod's log so far, by Pod name.
-    fn logs(&self) -> BTreeMap<String, String> {
-        let names = self
+    /// Each Pod's log so far and its shard count, by Pod name.
+    fn logs(&self) -> BTreeMap<String, (String, Option<u32>)> {
+        let pods = self
             .started
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        names
-            .into_iter()
-            .map(|name| {
+        pods.into_iter()
+            .map(|(name, shards)| {
                 let log = std::fs::read_to_string(self.dir.join(&name)).unwrap_or_default();
-                (name, log)
+                (name, (log, shards))
             })
             .collect()
     }
@@ -124,8 +125,21 @@ async fn follow(
     }
 }
 
+/// The `--shards` count of a Pod's operator container; none under leader election.
+fn shards_of(pod: &k8s_openapi::api::core::v1::Pod) -> Option<u32> {
+    pod.spec
+        .as_ref()?
+        .containers
+        .iter()
+        .flat_map(|c| c.args.iter().flatten())
+        .find_map(|a| a.strip_prefix("--shards=")?.parse().ok())
+}
+
+/// When a Pod began holding the leader Lease (`None`) or a shard.
+type Hold = (Timestamp, Option<u32>);
+
 /// A Pod's holds: when it began holding the leader Lease (`None`: every VM) or a shard.
-fn holds(log: &str) -> Vec<(Timestamp, Option<u32>)> {
+fn holds(log: &str) -> Vec<Hold> {
     log.lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .filter_map(|v| {
@@ -144,9 +158,11 @@ fn holds(log: &str) -> Vec<(Timestamp, Option<u32>)> {
 }
 
 /// Per VM name: when each plugin call started, and by which Pod, in time order.
-fn calls(logs: &BTreeMap<String, String>) -> BTreeMap<String, Vec<(Timestamp, String)>> {
+fn calls(
+    logs: &BTreeMap<String, (String, Option<u32>)>,
+) -> BTreeMap<String, Vec<(Timestamp, String)>> {
     let mut by_vm: BTreeMap<String, Vec<(Timestamp, String)>> = BTreeMap::new();
-    for (pod, log) in logs {
+    for (pod, (log, _)) in logs {
         for v in log
             .lines()
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
@@ -185,18 +201,19 @@ fn calls(logs: &BTreeMap<String, String>) -> BTreeMap<String, Vec<(Timestamp, St
 /// Hand-overs of a VM's calls to a Pod whose hold of the VM began before the previous Pod's
 /// last call started; and how many hand-overs there were.
 fn overlaps(
-    logs: &BTreeMap<String, String>,
+    logs: &BTreeMap<String, (String, Option<u32>)>,
     uids: &BTreeMap<String, String>,
 ) -> (Vec<String>, usize) {
-    let holds: BTreeMap<&String, Vec<(Timestamp, Option<u32>)>> =
-        logs.iter().map(|(pod, log)| (pod, holds(log))).collect();
+    let holds: BTreeMap<&String, (Vec<Hold>, Option<u32>)> = logs
+        .iter()
+        .map(|(pod, (log, shards))| (pod, (holds(log), *shards)))
+        .collect();
     let mut found = Vec::new();
     let mut handovers = 0;
     for (name, calls) in calls(logs) {
         let Some(uid) = uids.get(&name) else {
             continue;
         };
-        let shard = shard_of(uid, SHARDS);
         for pair in calls.windows(2) {
             let [(last, before), (first, after)] = pair else {
                 continue;
@@ -205,11 +222,13 @@ fn overlaps(
                 continue;
             }
             handovers += 1;
-            let since = holds
-                .get(after)
-                .into_iter()
-                .flatten()
-                .filter(|(at, scope)| at <= first && scope.is_none_or(|s| s == shard))
+            let Some((held, shards)) = holds.get(after) else {
+                continue;
+            };
+            let shard = shards.map(|count| shard_of(uid, count));
+            let since = held
+                .iter()
+                .filter(|(at, scope)| at <= first && (scope.is_none() || *scope == shard))
                 .map(|(at, _)| *at)
                 .max();
             if since.is_none_or(|since| since <= *last) {
@@ -388,17 +407,9 @@ async fn replicas_on_three_nodes_fail_over_and_change_to_shards_without_overlap(
     }
     let shard_pods = |pods: &[k8s_openapi::api::core::v1::Pod]| {
         pods.len() == 3
-            && pods.iter().all(|p| {
-                is_ready(p)
-                    && p.spec.as_ref().is_some_and(|s| {
-                        s.containers.iter().any(|c| {
-                            c.args
-                                .iter()
-                                .flatten()
-                                .any(|a| a == &format!("--shards={SHARDS}"))
-                        })
-                    })
-            })
+            && pods
+                .iter()
+                .all(|p| is_ready(p) && shards_of(p) == Some(SHARDS))
     };
     let rolled = wait_pods(
         &client,
@@ -417,13 +428,44 @@ async fn replicas_on_three_nodes_fail_over_and_change_to_shards_without_overlap(
     .await?;
     record_uids(&vms, &mut uids).await?;
 
+    // And from three shards to four, again under churn.
+    let mut four = sharded.clone();
+    four.push("shards=4".to_owned());
+    four.push(format!("metrics.port={}", free_port()?));
+    let mut upgrade = helm(control_plane)?;
+    upgrade
+        .args(["upgrade", "vmop", "charts/vmop", "--namespace", NAMESPACE])
+        .args(sets(&four));
+    run(upgrade, "helm upgrade to four shards").await?;
+    create_vms(&vms, (20..23).map(|i| format!("vm-{i}"))).await?;
+    for i in 3..5 {
+        vms.delete(&format!("vm-{i}"), &DeleteParams::default())
+            .await?;
+    }
+    let rolled = wait_pods(
+        &client,
+        control_plane,
+        "three replicas with four shards Ready",
+        |pods| pods.len() == 3 && pods.iter().all(|p| is_ready(p) && shards_of(p) == Some(4)),
+    )
+    .await?;
+    eprintln!(
+        "in-cluster: rolling upgrade from 3 to 4 shards done in {:.1} s",
+        rolled.as_secs_f64()
+    );
+    wait_vms(&vms, "eighteen VMs Ready under four shards", |list| {
+        list.len() == 18 && list.iter().all(vm_ready)
+    })
+    .await?;
+    record_uids(&vms, &mut uids).await?;
+
     vms.delete_collection(&DeleteParams::default(), &ListParams::default())
         .await?;
     wait_vms(&vms, "all VMs gone", |list| list.is_empty()).await?;
     ensure!(cloud.live().is_empty(), "machines left: {:?}", cloud.live());
     ensure!(
-        cloud.stats().created == 20,
-        "{} machines made for 20 VMs",
+        cloud.stats().created == 23,
+        "{} machines made for 23 VMs",
         cloud.stats().created
     );
 
