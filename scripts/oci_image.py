@@ -3,13 +3,15 @@
 
     oci_image.py operator --binary target/release/vmop --name docker.io/vmop/vmop:dev --out vmop.tar
     oci_image.py plugin --wasm ec2.wasm --name docker.io/vmop/ec2-plugin:0.2.0 --out ec2.tar
+    oci_image.py program --program pause --user 65535:65535 --name vmop.dev/node/pause:1 --out p.tar
 
 The operator image is the Dockerfile's final stage rebuilt from the same inputs: the binary at
 /usr/local/bin/vmop, the shared libraries it links (what distroless/cc ships: libc, libm,
 libgcc_s, the loader, found with ldd on this machine), CA certificates, and a passwd/group naming
 the `nonroot` user 65532; user 65532, the same entrypoint and arguments. A plugin image holds one
 component at /<file>.wasm and records its sha256 in the label `dev.vmop.plugin.sha256`: mounted as
-an image volume, the ProviderConfig points at the file and pins that digest.
+an image volume, the ProviderConfig points at the file and pins that digest. A program image holds
+one static program at /<file>, its entrypoint (the test node's pause image, test tools).
 
 The archive is an OCI image layout in a tar (what `ctr images import` and `skopeo` read),
 byte-for-byte reproducible: sorted entries, zero times and owners, gzip without a timestamp.
@@ -117,7 +119,7 @@ def operator_config():
     }
 
 
-def write(out, name, layers, config, labels):
+def write(out, name, layers, config, labels, arch="amd64"):
     blobs = {}
 
     def add(data):
@@ -127,7 +129,7 @@ def write(out, name, layers, config, labels):
 
     config = dict(config, Labels=labels)
     image_config = {
-        "architecture": "amd64",
+        "architecture": arch,
         "os": "linux",
         "config": config,
         "rootfs": {"type": "layers", "diff_ids": [diff for _, diff in layers]},
@@ -180,12 +182,23 @@ def main():
     op.add_argument("--binary", required=True)
     plugin = sub.add_parser("plugin", help="a provider plugin image")
     plugin.add_argument("--wasm", required=True)
-    for p in (op, plugin):
+    program = sub.add_parser("program", help="one static program, its entrypoint")
+    program.add_argument("--program", required=True)
+    program.add_argument("--user", default="65535:65535")
+    program.add_argument("--arch", default="amd64")
+    for p in (op, plugin, program):
         p.add_argument("--name", required=True, help="image name, e.g. docker.io/vmop/vmop:dev")
         p.add_argument("--out", required=True, help="the OCI archive to write")
     args = parser.parse_args()
 
-    if args.kind == "operator":
+    if args.kind == "program":
+        with open(args.program, "rb") as f:
+            data = f.read()
+        file = os.path.basename(args.program)
+        config = {"Entrypoint": ["/" + file], "User": args.user}
+        size = write(args.out, args.name, [layer([entry(file, data, 0o755)])], config, {}, args.arch)
+        print(f"image {args.name}: {size / 2**20:.1f} MiB compressed ({args.out})", file=sys.stderr)
+    elif args.kind == "operator":
         layers = operator_layers(args.binary)
         size = write(args.out, args.name, layers, operator_config(), {})
         print(f"image {args.name}: {size / 2**20:.1f} MiB compressed ({args.out})", file=sys.stderr)

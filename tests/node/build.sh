@@ -6,7 +6,7 @@
 #   bin/containerd-shim-runc-v2,             volumes), runc with seccomp (cgo, static against
 #   bin/runc, cni/loopback                   libseccomp), the CNI loopback plugin
 #   bin/pause, images/pause.tar            pause/: the project's sandbox program, and its OCI
-#                                            image archive (oci-image.py) for `ctr images import`
+#                                            image archive (scripts/oci_image.py) for `ctr images import`
 # Three modules, because Kubernetes and containerd pin different grpc/otel versions and each is
 # built with its own. Prints the output directory on its last line of stdout; everything else
 # goes to stderr, with the time each build took.
@@ -33,7 +33,7 @@ pause_image=vmop.dev/node/pause:1
 # Bump when the build recipe (flags, tags, tool list) changes so a stale cache is not reused.
 recipe=1
 key=$(cd "$node" && cat kubernetes/go.mod kubernetes/go.sum runtime/go.mod runtime/go.sum \
-  pause/go.mod pause/main.go oci-image.py <(echo "recipe=$recipe image=$pause_image") |
+  pause/go.mod pause/main.go ../../scripts/oci_image.py <(echo "recipe=$recipe image=$pause_image") |
   sha256sum | cut -c1-16)
 root=${VMOP_NODE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/vmop/node}
 out="$root/$k8s_version-containerd-$containerd_version-runc-$runc_version-$key"
@@ -108,8 +108,8 @@ build loopback "$out/cni" runtime github.com/containernetworking/plugins/plugins
 build pause "$out/bin" pause . -buildvcs=false -ldflags "-s -w"
 
 start=$SECONDS
-python3 "$node/oci-image.py" --program "$out/bin/pause" --name "$pause_image" \
-  --arch "$(go env GOARCH)" --out "$out/images/pause.tar"
+python3 "$node/../../scripts/oci_image.py" program --program "$out/bin/pause" \
+  --name "$pause_image" --arch "$(go env GOARCH)" --out "$out/images/pause.tar"
 echo "$pause_image" >"$out/images/pause.ref"
 say "wrote the pause image archive ($pause_image) in $((SECONDS - start)) s"
 

@@ -347,7 +347,7 @@ fn merged(mut base: serde_json::Value, extra: serde_json::Value) -> serde_json::
 }
 
 /// A Pod of an image imported at run time (kubectl, as an OCI archive made by
-/// `tests/node/oci-image.py`: `Node::import_image`) reaches the apiserver with in-cluster
+/// `scripts/oci_image.py`: `Node::import_image`) reaches the apiserver with in-cluster
 /// configuration (its ServiceAccount token and `kube-root-ca.crt` from the projected volume,
 /// `ControlPlane::in_cluster_env`), as an operator Pod would, and exits 0.
 async fn a_pod_reaches_the_apiserver_in_cluster(
@@ -359,11 +359,11 @@ async fn a_pod_reaches_the_apiserver_in_cluster(
     let node = control_plane.node().context("no node")?;
     let dir = tempfile::tempdir()?;
     let archive = dir.path().join("kubectl.tar");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("node/oci-image.py");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/oci_image.py");
     let started = Instant::now();
     let made = tokio::process::Command::new("python3")
         .arg(&script)
-        .arg("--program")
+        .args(["program", "--program"])
         .arg(control_plane.kubectl())
         .args(["--name", IMAGE, "--out"])
         .arg(&archive)

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 /// Runs `ctr images import` of `archive` (an OCI image layout as a tar file, e.g. from
-/// `tests/node/oci-image.py`, or a `docker save` one) into `socket`'s containerd. Returns
+/// `scripts/oci_image.py`, or a `docker save` one) into `socket`'s containerd. Returns
 /// ctr's output (which names the images imported) or why it failed.
 pub async fn import(ctr: &Path, socket: &Path, archive: &Path) -> Result<String, String> {
     let output = tokio::process::Command::new(ctr)
