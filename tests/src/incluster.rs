@@ -147,8 +147,9 @@ pub fn free_port() -> anyhow::Result<u16> {
     Ok(listener.local_addr()?.port())
 }
 
-/// Writes an OCI archive with `scripts/oci_image.py` (`kind`: `operator` or `plugin`, with its
-/// input flag) and imports it into the node; returns the archive's path.
+/// Writes an OCI archive with `scripts/oci_image.py` (`args`: `operator` or `plugin` with its
+/// input flag and `--name`) and imports it into every node; returns what the script printed (a
+/// plugin's digest).
 pub async fn image(
     control_plane: &ControlPlane,
     args: &[&str],
@@ -161,8 +162,8 @@ pub async fn image(
         .arg("--out")
         .arg(out);
     let printed = run(command, "oci_image.py").await?;
-    let node = control_plane.node().context("no node")?;
-    node.import_image(out)
+    control_plane
+        .import_image_everywhere(out)
         .await
         .with_context(|| format!("importing {}", out.display()))?;
     Ok(printed.trim().to_owned())

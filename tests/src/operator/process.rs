@@ -95,6 +95,56 @@ pub struct ProviderCall {
     pub elapsed_ms: u64,
 }
 
+/// The plugin calls in a JSON log (`vmop::provider_call` debug lines): a child process's, or a
+/// Pod's as `kubectl logs` shows it.
+pub fn provider_calls_in(log: &str) -> Vec<ProviderCall> {
+    log.lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|v| v.get("target").and_then(|t| t.as_str()) == Some("vmop::provider_call"))
+        .filter_map(|v| {
+            let fields = v.get("fields")?;
+            let field = |k: &str| {
+                fields
+                    .get(k)
+                    .and_then(|x| x.as_str())
+                    .unwrap_or_default()
+                    .to_owned()
+            };
+            Some(ProviderCall {
+                timestamp: v
+                    .get("timestamp")
+                    .and_then(|t| t.as_str())
+                    .unwrap_or_default()
+                    .to_owned(),
+                provider: field("provider"),
+                vm: field("vm"),
+                op: field("op"),
+                outcome: field("outcome"),
+                elapsed_ms: fields
+                    .get("elapsed_ms")
+                    .and_then(serde_json::Value::as_u64)
+                    .unwrap_or(0),
+            })
+        })
+        .collect()
+}
+
+impl ProviderCall {
+    /// When the call started: its log line's time less how long it took. A call in flight when
+    /// its process froze ends after the freeze; it started before.
+    pub fn started(&self) -> Option<k8s_openapi::jiff::Timestamp> {
+        let end: k8s_openapi::jiff::Timestamp = self.timestamp.parse().ok()?;
+        let elapsed = i64::try_from(self.elapsed_ms).ok()?;
+        end.checked_sub(k8s_openapi::jiff::SignedDuration::from_millis(elapsed))
+            .ok()
+    }
+
+    /// The VM's name (the log names it `namespace/name`).
+    pub fn vm_name(&self) -> &str {
+        self.vm.rsplit('/').next().unwrap_or_default()
+    }
+}
+
 impl Operator {
     /// Waits for the process to exit by itself.
     pub async fn wait_exit(&mut self) -> anyhow::Result<ExitStatus> {
@@ -137,36 +187,7 @@ impl Operator {
 
     /// The plugin calls logged so far (`vmop::provider_call` debug lines).
     pub fn provider_calls(&self) -> Vec<ProviderCall> {
-        self.log()
-            .lines()
-            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-            .filter(|v| v.get("target").and_then(|t| t.as_str()) == Some("vmop::provider_call"))
-            .filter_map(|v| {
-                let fields = v.get("fields")?;
-                let field = |k: &str| {
-                    fields
-                        .get(k)
-                        .and_then(|x| x.as_str())
-                        .unwrap_or_default()
-                        .to_owned()
-                };
-                Some(ProviderCall {
-                    timestamp: v
-                        .get("timestamp")
-                        .and_then(|t| t.as_str())
-                        .unwrap_or_default()
-                        .to_owned(),
-                    provider: field("provider"),
-                    vm: field("vm"),
-                    op: field("op"),
-                    outcome: field("outcome"),
-                    elapsed_ms: fields
-                        .get("elapsed_ms")
-                        .and_then(serde_json::Value::as_u64)
-                        .unwrap_or(0),
-                })
-            })
-            .collect()
+        provider_calls_in(&self.log())
     }
 
     /// Plugin calls made for VM `name` (in the test namespace).

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, ensure};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use vmop::api::{ProviderConfig, VirtualMachine};
@@ -23,9 +23,10 @@ use vmop_tests::cloud::{self, Cloud, Config};
 use vmop_tests::controlplane::ControlPlane;
 use vmop_tests::fixtures;
 use vmop_tests::incluster::{
-    DEADLINE, NAMESPACE, free_port, helm, install, is_ready, node_values, operator_namespace,
-    operator_pods, run, sets, wait_pods,
+    DEADLINE, NAMESPACE, free_port, helm, image, install, is_ready, node_values,
+    operator_namespace, operator_pods, run, sets, wait_pods,
 };
+use vmop_tests::operator::provider_calls_in;
 
 use crate::{
     APPS, PLUGIN_PATH, apps_namespace, provider_config, vm_ready, wait_provider, wait_vms,
@@ -163,33 +164,13 @@ fn calls(
 ) -> BTreeMap<String, Vec<(Timestamp, String)>> {
     let mut by_vm: BTreeMap<String, Vec<(Timestamp, String)>> = BTreeMap::new();
     for (pod, (log, _)) in logs {
-        for v in log
-            .lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter(|v| v.get("target").and_then(|t| t.as_str()) == Some("vmop::provider_call"))
-        {
-            let Some(vm) = v.pointer("/fields/vm").and_then(|x| x.as_str()) else {
-                continue;
-            };
-            let elapsed = v
-                .pointer("/fields/elapsed_ms")
-                .and_then(serde_json::Value::as_u64)
-                .unwrap_or(0);
-            let Some(started) = v
-                .get("timestamp")
-                .and_then(|t| t.as_str())
-                .and_then(|t| Timestamp::from_str(t).ok())
-                .and_then(|end| {
-                    end.checked_sub(SignedDuration::from_millis(
-                        i64::try_from(elapsed).unwrap_or(0),
-                    ))
-                    .ok()
-                })
-            else {
-                continue;
-            };
-            let name = vm.rsplit('/').next().unwrap_or_default().to_owned();
-            by_vm.entry(name).or_default().push((started, pod.clone()));
+        for call in provider_calls_in(log) {
+            if let Some(started) = call.started() {
+                by_vm
+                    .entry(call.vm_name().to_owned())
+                    .or_default()
+                    .push((started, pod.clone()));
+            }
         }
     }
     for calls in by_vm.values_mut() {
@@ -287,48 +268,27 @@ async fn replicas_on_three_nodes_fail_over_and_change_to_shards_without_overlap(
     let control_plane = &owned;
     let client = control_plane.client().await?;
     let dir = tempfile::tempdir()?;
-    let archive = dir.path().join("vmop.tar");
-    let script = |args: &[&str], out: &Path| {
-        let mut command = std::process::Command::new("python3");
-        command
-            .arg(vmop_tests::incluster::repo().join("scripts/oci_image.py"))
-            .args(args)
-            .arg("--out")
-            .arg(out);
-        command
-    };
-    run(
-        script(
-            &[
-                "operator",
-                "--binary",
-                env!("CARGO_BIN_EXE_vmop-operator"),
-                "--name",
-                "docker.io/vmop/vmop:test",
-            ],
-            &archive,
-        ),
-        "oci_image.py operator",
+    image(
+        control_plane,
+        &[
+            "operator",
+            "--binary",
+            env!("CARGO_BIN_EXE_vmop-operator"),
+            "--name",
+            "docker.io/vmop/vmop:test",
+        ],
+        &dir.path().join("vmop.tar"),
     )
     .await?;
-    control_plane.import_image_everywhere(&archive).await?;
     let wasm = vmop_tests::wasm::path("vmop_provider_testcloud")?
         .display()
         .to_string();
-    let plugin_archive = dir.path().join("plugin.tar");
-    let digest = run(
-        script(
-            &["plugin", "--wasm", &wasm, "--name", PLUGIN],
-            &plugin_archive,
-        ),
-        "oci_image.py plugin",
+    let digest = image(
+        control_plane,
+        &["plugin", "--wasm", &wasm, "--name", PLUGIN],
+        &dir.path().join("plugin.tar"),
     )
-    .await?
-    .trim()
-    .to_owned();
-    control_plane
-        .import_image_everywhere(&plugin_archive)
-        .await?;
+    .await?;
 
     operator_namespace(control_plane).await?;
     apps_namespace(&client).await?;

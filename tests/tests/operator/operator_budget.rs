@@ -7,20 +7,17 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, ensure};
+use anyhow::ensure;
 use futures::future::try_join_all;
-use kube::ResourceExt;
-use kube::api::{DeleteParams, ListParams};
-use vmop::api::Limits;
+use kube::api::ListParams;
 use vmop_tests::cloud::{self, Cloud, Config};
-use vmop_tests::operator::{Env, Operator, TEST_GRACE_SECONDS};
+use vmop_tests::operator::{Env, Operator};
 
 use crate::operator_bin;
-use crate::operator_sharding::{is_ready, wait_vms};
+use crate::operator_sharding::{delete_all_leaving_nothing, is_ready, provider_with};
 
 const VMS: usize = 20;
 const CONFIGURED: f64 = 100.0;
-const PLUGIN: &str = "testcloud.wasm";
 const DEADLINE: Duration = Duration::from_secs(180);
 
 async fn budget(operator: &Operator, provider: &str) -> anyhow::Result<Option<f64>> {
@@ -38,25 +35,7 @@ async fn a_throttle_storm_shrinks_the_budget_and_it_recovers_without_a_leak() ->
 {
     let env = Env::new("budget").await?;
     let cloud = Cloud::start(Config::default().with_rate_limit(5.0, 5)).await?;
-    std::fs::copy(
-        vmop_tests::wasm::path("vmop_provider_testcloud")?,
-        env.plugin_dir.path().join(PLUGIN),
-    )
-    .context("failed to copy the testcloud plugin")?;
-    let mut pc = env.provider_config("tc", "unused");
-    pc.spec.plugin.path = PLUGIN.to_owned();
-    pc.spec.config = [("endpoint".to_owned(), cloud.endpoint().to_owned())].into();
-    pc.spec.credentials_secret_ref = None;
-    pc.spec.allowed_hosts = vec![cloud.endpoint().to_owned()];
-    pc.spec.limits = Limits {
-        requests_per_second: 100,
-        burst: 100,
-        max_concurrent_calls: 32,
-        creation_grace_period_seconds: TEST_GRACE_SECONDS,
-        ..Limits::default()
-    };
-    env.apply_provider_config(&pc).await?;
-    let provider = pc.name_any();
+    let provider = provider_with(&env, &cloud, CONFIGURED as u32).await?;
     let operator = env
         .operator()
         .args_from(["--resync-period", "30s"])
@@ -123,10 +102,5 @@ async fn a_throttle_storm_shrinks_the_budget_and_it_recovers_without_a_leak() ->
         calm.elapsed().as_secs_f64()
     );
 
-    env.vms()
-        .delete_collection(&DeleteParams::default(), &ListParams::default())
-        .await?;
-    wait_vms(&env, "all gone", |vms| vms.is_empty()).await?;
-    ensure!(cloud.live().is_empty(), "machines left: {:?}", cloud.live());
-    Ok(())
+    delete_all_leaving_nothing(&env, &cloud).await
 }

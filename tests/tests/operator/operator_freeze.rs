@@ -16,20 +16,21 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, ensure};
 use futures::future::try_join_all;
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{DeleteParams, ListParams};
+use kube::api::ListParams;
 use vmop::leader::shards::shard_of;
 use vmop_tests::cloud::{self, Cloud, Config};
 use vmop_tests::operator::{Env, Operator};
 
 use crate::operator_bin;
-use crate::operator_sharding::{is_ready, provider, wait_spread, wait_vms};
+use crate::operator_sharding::{
+    delete_all_leaving_nothing, is_ready, provider, wait_spread, wait_vms,
+};
 
 const REPLICAS: usize = 3;
 const SHARDS: u32 = 3;
 const VMS: usize = 30;
-const PLUGIN: &str = "testcloud.wasm";
 const DEADLINE: Duration = Duration::from_secs(120);
 
 /// When each replica started holding each shard (log lines "holding shard").
@@ -56,13 +57,11 @@ fn calls(operators: &[Operator]) -> BTreeMap<String, Vec<(Timestamp, usize)>> {
     let mut by_vm: BTreeMap<String, Vec<(Timestamp, usize)>> = BTreeMap::new();
     for (replica, operator) in operators.iter().enumerate() {
         for call in operator.provider_calls() {
-            let name = call.vm.rsplit('/').next().unwrap_or_default().to_owned();
-            let elapsed = SignedDuration::from_millis(i64::try_from(call.elapsed_ms).unwrap_or(0));
-            if let Some(started) = Timestamp::from_str(&call.timestamp)
-                .ok()
-                .and_then(|end| end.checked_sub(elapsed).ok())
-            {
-                by_vm.entry(name).or_default().push((started, replica));
+            if let Some(started) = call.started() {
+                by_vm
+                    .entry(call.vm_name().to_owned())
+                    .or_default()
+                    .push((started, replica));
             }
         }
     }
@@ -107,11 +106,6 @@ async fn a_frozen_replica_resumes_without_calling_for_vms_it_no_longer_holds() -
 {
     let env = Env::new("freeze").await?;
     let cloud = Cloud::start(Config::default()).await?;
-    std::fs::copy(
-        vmop_tests::wasm::path("vmop_provider_testcloud")?,
-        env.plugin_dir.path().join(PLUGIN),
-    )
-    .context("failed to copy the testcloud plugin")?;
     let provider = provider(&env, &cloud).await?;
     let operators = (0..REPLICAS)
         .map(|i| {
@@ -210,11 +204,7 @@ async fn a_frozen_replica_resumes_without_calling_for_vms_it_no_longer_holds() -
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
-    env.vms()
-        .delete_collection(&DeleteParams::default(), &ListParams::default())
-        .await?;
-    wait_vms(&env, "all gone", |vms| vms.is_empty()).await?;
-    ensure!(cloud.live().is_empty(), "machines left: {:?}", cloud.live());
+    delete_all_leaving_nothing(&env, &cloud).await?;
     let found = overlaps(&operators, &shard_by_name);
     ensure!(found.is_empty(), "overlapping calls:\n{}", found.join("\n"));
     Ok(())

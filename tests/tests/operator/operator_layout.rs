@@ -6,16 +6,17 @@
 
 use std::collections::BTreeSet;
 
-use anyhow::{Context as _, ensure};
+use anyhow::ensure;
 use futures::future::try_join_all;
-use kube::api::{DeleteParams, ListParams};
+use kube::api::DeleteParams;
 use vmop_tests::cloud::{self, Cloud, Config};
 use vmop_tests::operator::{Env, Operator};
 
 use crate::operator_bin;
-use crate::operator_sharding::{calls_by_vm, handovers, is_ready, provider, wait_vms};
+use crate::operator_sharding::{
+    calls_by_vm, delete_all_leaving_nothing, handovers, is_ready, provider, wait_vms,
+};
 
-const PLUGIN: &str = "testcloud.wasm";
 /// Created before the new replicas start.
 const FIRST: usize = 20;
 /// Created while the layouts change.
@@ -38,11 +39,6 @@ fn replicas(env: &Env, shards: &str, prefix: &str) -> anyhow::Result<Vec<Operato
 async fn a_shard_count_change_under_churn_hands_over_without_overlap() -> anyhow::Result<()> {
     let env = Env::new("layout").await?;
     let cloud = Cloud::start(Config::default()).await?;
-    std::fs::copy(
-        vmop_tests::wasm::path("vmop_provider_testcloud")?,
-        env.plugin_dir.path().join(PLUGIN),
-    )
-    .context("failed to copy the testcloud plugin")?;
     let provider = provider(&env, &cloud).await?;
     let create = |names: Vec<String>| {
         let (env, provider) = (&env, &provider);
@@ -104,11 +100,7 @@ async fn a_shard_count_change_under_churn_hands_over_without_overlap() -> anyhow
     })
     .await?;
 
-    env.vms()
-        .delete_collection(&DeleteParams::default(), &ListParams::default())
-        .await?;
-    wait_vms(&env, "all gone", |vms| vms.is_empty()).await?;
-    ensure!(cloud.live().is_empty(), "machines left: {:?}", cloud.live());
+    delete_all_leaving_nothing(&env, &cloud).await?;
 
     let operators: Vec<Operator> = old.into_iter().chain(new).collect();
     let mut handed_over = 0;

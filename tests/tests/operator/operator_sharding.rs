@@ -31,21 +31,47 @@ const RETRY_PERIOD: Duration = Duration::from_secs(2);
 const DEADLINE: Duration = Duration::from_secs(240);
 const PLUGIN: &str = "testcloud.wasm";
 
+/// The testcloud plugin in the operator's plugin directory, and a ProviderConfig for `cloud`
+/// allowing 1,000 calls a second; returns its name.
 pub(crate) async fn provider(env: &Env, cloud: &Cloud) -> anyhow::Result<String> {
+    provider_with(env, cloud, 1000).await
+}
+
+/// [`provider`] allowing `per_second` calls a second (and as many at once).
+pub(crate) async fn provider_with(
+    env: &Env,
+    cloud: &Cloud,
+    per_second: u32,
+) -> anyhow::Result<String> {
+    std::fs::copy(
+        vmop_tests::wasm::path("vmop_provider_testcloud")?,
+        env.plugin_dir.path().join(PLUGIN),
+    )
+    .context("failed to copy the testcloud plugin")?;
     let mut pc = env.provider_config("tc", "unused");
     pc.spec.plugin.path = PLUGIN.to_owned();
     pc.spec.config = [("endpoint".to_owned(), cloud.endpoint().to_owned())].into();
     pc.spec.credentials_secret_ref = None;
     pc.spec.allowed_hosts = vec![cloud.endpoint().to_owned()];
     pc.spec.limits = Limits {
-        requests_per_second: 1000,
-        burst: 1000,
+        requests_per_second: per_second,
+        burst: per_second,
         max_concurrent_calls: 32,
         creation_grace_period_seconds: TEST_GRACE_SECONDS,
         ..Limits::default()
     };
     env.apply_provider_config(&pc).await?;
     Ok(pc.name_any())
+}
+
+/// Deletes every VM and waits until they are gone; fails if a machine is left.
+pub(crate) async fn delete_all_leaving_nothing(env: &Env, cloud: &Cloud) -> anyhow::Result<()> {
+    env.vms()
+        .delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await?;
+    wait_vms(env, "all gone", |vms| vms.is_empty()).await?;
+    ensure!(cloud.live().is_empty(), "machines left: {:?}", cloud.live());
+    Ok(())
 }
 
 pub(crate) fn is_ready(vm: &VirtualMachine) -> bool {
@@ -196,11 +222,6 @@ pub(crate) fn handovers(calls: &[Call]) -> Vec<usize> {
 async fn three_replicas_share_the_vms_and_take_over_a_killed_ones() -> anyhow::Result<()> {
     let env = Env::new("shards").await?;
     let cloud = Cloud::start(Config::default()).await?;
-    std::fs::copy(
-        vmop_tests::wasm::path("vmop_provider_testcloud")?,
-        env.plugin_dir.path().join(PLUGIN),
-    )
-    .context("failed to copy the testcloud plugin")?;
     let provider = provider(&env, &cloud).await?;
     let mut operators = (0..REPLICAS)
         .map(|i| {
