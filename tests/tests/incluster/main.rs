@@ -355,47 +355,37 @@ async fn helm_install_runs_vmop_from_its_image_with_plugins_from_image_volumes()
         std::fs::metadata(&archive)?.len() as f64 / f64::from(1 << 20),
         built.elapsed().as_secs_f64()
     );
+    // A plugin image holding `file`, named `reference`: its digest.
+    let plugin_image = |file: std::path::PathBuf, reference: String, out: &str| {
+        let (control_plane, out) = (&control_plane, dir.path().join(out));
+        async move {
+            let file = file.display().to_string();
+            image(
+                control_plane,
+                &["plugin", "--wasm", &file, "--name", &reference],
+                &out,
+            )
+            .await
+        }
+    };
     let wasm_path = vmop_tests::wasm::path("vmop_provider_testcloud")?;
-    let v1 = image(
-        &control_plane,
-        &[
-            "plugin",
-            "--wasm",
-            &wasm_path.display().to_string(),
-            "--name",
-            &format!("{PLUGIN_IMAGE}:v1"),
-        ],
-        &dir.path().join("v1.tar"),
+    let v1 = plugin_image(
+        wasm_path.to_path_buf(),
+        format!("{PLUGIN_IMAGE}:v1"),
+        "v1.tar",
     )
     .await?;
     let v2_dir = dir.path().join("v2");
     std::fs::create_dir_all(&v2_dir)?;
     let v2_wasm = v2_dir.join("vmop_provider_testcloud.wasm");
     std::fs::write(&v2_wasm, another_version(&std::fs::read(wasm_path)?))?;
-    let v2 = image(
-        &control_plane,
-        &[
-            "plugin",
-            "--wasm",
-            &v2_wasm.display().to_string(),
-            "--name",
-            &format!("{PLUGIN_IMAGE}:v2"),
-        ],
-        &dir.path().join("v2.tar"),
-    )
-    .await?;
+    let v2 = plugin_image(v2_wasm, format!("{PLUGIN_IMAGE}:v2"), "v2.tar").await?;
     let readme = dir.path().join("README.txt");
     std::fs::write(&readme, "no plugin here\n")?;
-    image(
-        &control_plane,
-        &[
-            "plugin",
-            "--wasm",
-            &readme.display().to_string(),
-            "--name",
-            "docker.io/vmop/empty-plugin:v1",
-        ],
-        &dir.path().join("empty.tar"),
+    plugin_image(
+        readme,
+        "docker.io/vmop/empty-plugin:v1".to_owned(),
+        "empty.tar",
     )
     .await?;
 
