@@ -77,9 +77,7 @@ impl Publisher {
             metrics.set_leader(&self.lease, leading);
         }
     }
-}
 
-impl Publisher {
     /// Leading until `until` unless renewed again: published before `true`, so that a
     /// [`Validity`] never sees `true` without a deadline.
     fn lead_until(&self, until: Instant) {
@@ -282,7 +280,8 @@ impl LeaderElector {
         let fence = self.fence.as_ref().map_or(Fence::Unfenced, |f| *f.borrow());
         if !fence.admits(current.as_ref()) {
             return Ok(Attempt::HeldBy(
-                "(nobody this candidate's layout generation may displace)".to_owned(),
+                "(fenced: this candidate's layout is not in force, or the Lease is newer)"
+                    .to_owned(),
             ));
         }
         let decision = record::decide(
