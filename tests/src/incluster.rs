@@ -125,11 +125,29 @@ pub async fn operator_namespace(control_plane: &ControlPlane) -> anyhow::Result<
 
 /// `helm install vmop charts/vmop` into [`NAMESPACE`] with `values`.
 pub async fn install(control_plane: &ControlPlane, values: &[String]) -> anyhow::Result<()> {
-    let mut install = helm(control_plane)?;
-    install
-        .args(["install", "vmop", "charts/vmop", "--namespace", NAMESPACE])
+    release(control_plane, "install", values, "helm install").await
+}
+
+/// `helm upgrade vmop charts/vmop` with `values` (later ones win); `what` names it in errors.
+pub async fn upgrade(
+    control_plane: &ControlPlane,
+    values: &[String],
+    what: &str,
+) -> anyhow::Result<()> {
+    release(control_plane, "upgrade", values, what).await
+}
+
+async fn release(
+    control_plane: &ControlPlane,
+    verb: &str,
+    values: &[String],
+    what: &str,
+) -> anyhow::Result<()> {
+    let mut command = helm(control_plane)?;
+    command
+        .args([verb, "vmop", "charts/vmop", "--namespace", NAMESPACE])
         .args(sets(values));
-    run(install, "helm install").await?;
+    run(command, what).await?;
     Ok(())
 }
 

@@ -26,7 +26,7 @@ use vmop_tests::operator::scrape::scrape;
 
 use vmop_tests::incluster::{
     DEADLINE, NAMESPACE, free_port, helm, image, install, is_ready, node_values,
-    operator_namespace, operator_pods, restarts, run, sets, wait_pods,
+    operator_namespace, operator_pods, restarts, run, upgrade, wait_pods,
 };
 
 const PLUGIN_IMAGE: &str = "docker.io/vmop/testcloud-plugin";
@@ -503,16 +503,17 @@ async fn helm_install_runs_vmop_from_its_image_with_plugins_from_image_volumes()
 
     // A new plugin version: a new image reference rolls the Deployment; the ProviderConfig
     // pinned to its digest loads it.
-    let mut upgrade = helm(&control_plane)?;
-    upgrade
-        .args(["upgrade", "vmop", "charts/vmop", "--namespace", NAMESPACE])
-        .args(sets(&values))
-        .args(sets(&new_port()?))
-        .args([
-            "--set",
-            &format!("plugins.images[0].reference={PLUGIN_IMAGE}:v2"),
-        ]);
-    run(upgrade, "helm upgrade to plugin v2").await?;
+    upgrade(
+        &control_plane,
+        &[
+            values.clone(),
+            new_port()?,
+            vec![format!("plugins.images[0].reference={PLUGIN_IMAGE}:v2")],
+        ]
+        .concat(),
+        "helm upgrade to plugin v2",
+    )
+    .await?;
     wait_pods(
         &client,
         &control_plane,
@@ -583,12 +584,12 @@ async fn helm_install_runs_vmop_from_its_image_with_plugins_from_image_volumes()
     with_empty.push("plugins.images[1].name=empty".to_owned());
     with_empty.push("plugins.images[1].reference=docker.io/vmop/empty-plugin:v1".to_owned());
     with_empty.push(format!("plugins.images[0].reference={PLUGIN_IMAGE}:v2"));
-    let mut upgrade = helm(&control_plane)?;
-    upgrade
-        .args(["upgrade", "vmop", "charts/vmop", "--namespace", NAMESPACE])
-        .args(sets(&with_empty))
-        .args(sets(&new_port()?));
-    run(upgrade, "helm upgrade with an empty plugin image").await?;
+    upgrade(
+        &control_plane,
+        &[with_empty.clone(), new_port()?].concat(),
+        "helm upgrade with an empty plugin image",
+    )
+    .await?;
     wait_pods(
         &client,
         &control_plane,
@@ -614,12 +615,12 @@ async fn helm_install_runs_vmop_from_its_image_with_plugins_from_image_volumes()
     // A missing image: the new Pod cannot start; the old one keeps serving (maxUnavailable 0).
     let mut missing = with_empty.clone();
     missing.push("plugins.images[1].reference=docker.io/vmop/missing-plugin:v1".to_owned());
-    let mut upgrade = helm(&control_plane)?;
-    upgrade
-        .args(["upgrade", "vmop", "charts/vmop", "--namespace", NAMESPACE])
-        .args(sets(&missing))
-        .args(sets(&new_port()?));
-    run(upgrade, "helm upgrade with a missing image").await?;
+    upgrade(
+        &control_plane,
+        &[missing, new_port()?].concat(),
+        "helm upgrade with a missing image",
+    )
+    .await?;
     wait_pods(
         &client,
         &control_plane,

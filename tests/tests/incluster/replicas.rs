@@ -23,8 +23,8 @@ use vmop_tests::cloud::{self, Cloud, Config};
 use vmop_tests::controlplane::ControlPlane;
 use vmop_tests::fixtures;
 use vmop_tests::incluster::{
-    DEADLINE, NAMESPACE, free_port, helm, image, install, is_ready, node_values,
-    operator_namespace, operator_pods, run, sets, wait_pods,
+    DEADLINE, NAMESPACE, free_port, image, install, is_ready, node_values, operator_namespace,
+    operator_pods, run, upgrade, wait_pods,
 };
 use vmop_tests::operator::provider_calls_in;
 
@@ -355,11 +355,7 @@ async fn replicas_on_three_nodes_fail_over_and_change_to_shards_without_overlap(
     sharded.push("replicas=3".to_owned());
     sharded.push(format!("shards={SHARDS}"));
     sharded.push(format!("metrics.port={}", free_port()?));
-    let mut upgrade = helm(control_plane)?;
-    upgrade
-        .args(["upgrade", "vmop", "charts/vmop", "--namespace", NAMESPACE])
-        .args(sets(&sharded));
-    run(upgrade, "helm upgrade to shards").await?;
+    upgrade(control_plane, &sharded, "helm upgrade to shards").await?;
     create_vms(&vms, (15..20).map(|i| format!("vm-{i}"))).await?;
     for i in 0..3 {
         vms.delete(&format!("vm-{i}"), &DeleteParams::default())
@@ -392,11 +388,7 @@ async fn replicas_on_three_nodes_fail_over_and_change_to_shards_without_overlap(
     let mut four = sharded.clone();
     four.push("shards=4".to_owned());
     four.push(format!("metrics.port={}", free_port()?));
-    let mut upgrade = helm(control_plane)?;
-    upgrade
-        .args(["upgrade", "vmop", "charts/vmop", "--namespace", NAMESPACE])
-        .args(sets(&four));
-    run(upgrade, "helm upgrade to four shards").await?;
+    upgrade(control_plane, &four, "helm upgrade to four shards").await?;
     create_vms(&vms, (20..23).map(|i| format!("vm-{i}"))).await?;
     for i in 3..5 {
         vms.delete(&format!("vm-{i}"), &DeleteParams::default())
