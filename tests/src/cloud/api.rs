@@ -169,33 +169,78 @@ fn no_route(method: &Method, uri: &Uri) -> Response {
     )
 }
 
+/// The answer of `GET /v1/machines?uid=U`.
 #[derive(Debug, Serialize)]
 struct List {
     machines: Vec<super::Machine>,
 }
 
-/// `GET /v1/machines?uid=U`: the machines of one uid through the index; without `uid`, all.
-fn list(shared: &Shared, query: Option<&str>) -> Response {
-    let uid = query
+/// The answer of a paged `GET /v1/machines`: `next` is `null` on the last page.
+#[derive(Debug, Serialize)]
+struct PageAnswer {
+    machines: Vec<super::Machine>,
+    next: Option<String>,
+}
+
+/// The most machines one page holds, and what a listing without `limit` gets.
+pub(crate) const MAX_PAGE: usize = 1000;
+
+/// The raw value of the query's first `name=` parameter.
+fn query_param<'q>(query: Option<&'q str>, name: &str) -> Option<&'q str> {
+    query
         .into_iter()
         .flat_map(|q| q.split('&'))
-        .find_map(|pair| pair.strip_prefix("uid="))
-        .map(percent_decode);
-    let store = shared.store();
-    let machines = match uid {
-        Some(Some(uid)) => store.by_uid(&uid),
-        Some(None) => {
-            drop(store);
-            return refuse(
-                StatusCode::BAD_REQUEST,
-                "bad-request",
-                "uid is not valid percent-encoded UTF-8",
-            );
-        }
-        None => store.all(),
+        .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+}
+
+/// `GET /v1/machines?uid=U`: the machines of one uid through the index, all of them, oldest
+/// first, `{"machines"}`. Otherwise a page (`cluster`, `after`, `limit`: see
+/// [`super::store::Store::page`]), `{"machines", "next"}`.
+fn list(shared: &Shared, query: Option<&str>) -> Response {
+    let params = (|| {
+        Ok::<_, String>((
+            decoded_param(query, "uid")?,
+            decoded_param(query, "cluster")?,
+            decoded_param(query, "after")?,
+        ))
+    })();
+    let (uid, cluster, after) = match params {
+        Ok(params) => params,
+        Err(message) => return bad_query(message),
     };
-    drop(store);
-    json(StatusCode::OK, &List { machines })
+    if let Some(uid) = uid {
+        let machines = shared.store().by_uid(&uid);
+        return json(StatusCode::OK, &List { machines });
+    }
+    let limit = match query_param(query, "limit").map(str::parse::<usize>) {
+        None => MAX_PAGE,
+        Some(Ok(limit)) if (1..=MAX_PAGE).contains(&limit) => limit,
+        Some(_) => return bad_query(format!("limit must be an integer in 1..={MAX_PAGE}")),
+    };
+    let page = shared
+        .store()
+        .page(cluster.as_deref(), after.as_deref(), limit);
+    json(
+        StatusCode::OK,
+        &PageAnswer {
+            machines: page.machines,
+            next: page.next,
+        },
+    )
+}
+
+/// The percent-decoded value of the query's `name` parameter, or why it does not decode.
+fn decoded_param(query: Option<&str>, name: &str) -> Result<Option<String>, String> {
+    query_param(query, name)
+        .map(|value| {
+            percent_decode(value)
+                .ok_or_else(|| format!("{name} is not valid percent-encoded UTF-8"))
+        })
+        .transpose()
+}
+
+fn bad_query(message: impl Into<String>) -> Response {
+    refuse(StatusCode::BAD_REQUEST, "bad-request", message)
 }
 
 fn create(shared: &Shared, body: &[u8]) -> Response {
@@ -275,7 +320,13 @@ fn percent_decode(text: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::percent_decode;
+    use std::collections::BTreeMap;
+
+    use axum::body::to_bytes;
+    use serde_json::Value;
+
+    use super::*;
+    use crate::cloud::store::CLUSTER_TAG;
 
     #[test]
     fn decodes_query_values() {
@@ -284,5 +335,129 @@ mod tests {
         assert_eq!(percent_decode("%zz"), None);
         assert_eq!(percent_decode("%4"), None);
         assert_eq!(percent_decode("%ff"), None);
+    }
+
+    #[test]
+    fn finds_query_parameters_by_whole_name() {
+        let q = Some("xlimit=3&limit=5&after=tc-1&limit=7");
+        assert_eq!(query_param(q, "limit"), Some("5"));
+        assert_eq!(query_param(q, "after"), Some("tc-1"));
+        assert_eq!(query_param(q, "cluster"), None);
+        assert_eq!(query_param(None, "uid"), None);
+    }
+
+    /// A cloud whose machines 0, 2, 4.. are in cluster `a/1` and the others in `b`.
+    fn cloud(machines: usize) -> Shared {
+        let shared = Shared::new(Config::default());
+        for i in 0..machines {
+            let cluster = if i % 2 == 0 { "a/1" } else { "b" };
+            shared.store().create(NewMachine {
+                uid: format!("u{i}"),
+                image: super::super::IMAGE.to_owned(),
+                cpu: 1,
+                memory_mib: 512,
+                user_data: None,
+                tags: BTreeMap::from([(CLUSTER_TAG.to_owned(), cluster.to_owned())]),
+                if_absent: false,
+            });
+        }
+        shared
+    }
+
+    async fn get(shared: &Shared, path_and_query: &str) -> (StatusCode, Value) {
+        let uri: Uri = path_and_query.parse().unwrap_or_default();
+        let response = route(shared, &Method::GET, &uri, &[]);
+        let status = response.status();
+        let body = to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap_or_default();
+        (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
+    }
+
+    fn ids(answer: &Value) -> Vec<String> {
+        answer
+            .get("machines")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m.get("id")?.as_str().map(str::to_owned))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_listing_pages_by_cluster_through_next() {
+        let shared = cloud(9);
+        let mut seen = Vec::new();
+        let mut query = "/v1/machines?cluster=a%2F1&limit=2".to_owned();
+        loop {
+            let (status, answer) = get(&shared, &query).await;
+            assert_eq!(status, StatusCode::OK, "{answer}");
+            seen.extend(ids(&answer));
+            match answer.get("next") {
+                Some(Value::String(next)) => {
+                    query = format!("/v1/machines?cluster=a%2F1&limit=2&after={next}");
+                }
+                Some(Value::Null) => break,
+                _ => panic!("no next in {answer}"),
+            }
+        }
+        let expected: Vec<String> = shared
+            .store()
+            .all()
+            .into_iter()
+            .filter(|m| m.tags.get(CLUSTER_TAG).map(String::as_str) == Some("a/1"))
+            .map(|m| m.id)
+            .collect();
+        assert_eq!(seen, expected);
+        assert_eq!(seen.len(), 5);
+    }
+
+    #[tokio::test]
+    async fn a_listing_without_parameters_is_the_first_page_of_all() {
+        let shared = cloud(3);
+        let (status, answer) = get(&shared, "/v1/machines").await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(ids(&answer).len(), 3);
+        assert_eq!(answer.get("next"), Some(&Value::Null), "{answer}");
+        let machine = answer.pointer("/machines/0").cloned().unwrap_or_default();
+        let expected = serde_json::json!({
+            "id": "tc-00000001",
+            "uid": "u0",
+            "image": super::super::IMAGE,
+            "cpu": 1,
+            "memoryMib": 512,
+            "state": "running",
+            "tags": {CLUSTER_TAG: "a/1"},
+            "addresses": ["10.0.0.1"],
+            "created": 1,
+        });
+        assert_eq!(machine, expected);
+    }
+
+    #[tokio::test]
+    async fn a_listing_by_uid_answers_as_before() {
+        let shared = cloud(3);
+        let (status, answer) = get(&shared, "/v1/machines?uid=u1&limit=1").await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(ids(&answer).len(), 1);
+        assert!(answer.get("next").is_none(), "{answer}");
+        let (status, _) = get(&shared, "/v1/machines?uid=%zz").await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+    }
+
+    #[tokio::test]
+    async fn a_limit_out_of_range_is_refused() {
+        let shared = cloud(1);
+        for limit in ["0", "1001", "-1", "x", ""] {
+            let (status, answer) = get(&shared, &format!("/v1/machines?limit={limit}")).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "limit={limit}");
+            assert_eq!(answer.get("error"), Some(&Value::from("bad-request")));
+        }
+        for limit in ["1", "1000"] {
+            let (status, _) = get(&shared, &format!("/v1/machines?limit={limit}")).await;
+            assert_eq!(status, StatusCode::OK, "limit={limit}");
+        }
+        let (status, _) = get(&shared, "/v1/machines?after=%zz").await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
     }
 }

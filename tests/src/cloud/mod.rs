@@ -1,8 +1,9 @@
 //! "testcloud": a tiny stateful in-memory cloud with an HTTP JSON API, on loopback. It is the
 //! backend of the `testcloud` provider (`providers/testcloud`), of the provider guide
 //! (`providers/README.md`) and of the scale benchmark: machines are `running` the moment they
-//! are created and every request costs O(1) in the number of machines (an index by uid), so
-//! 10,000 VMs cost the backend nothing worth measuring. Run it standalone with the
+//! are created and every request costs O(log n) in the number of machines, a listing O(page)
+//! more (machines ordered by id, indexes by uid and by cluster tag), so 10,000 VMs cost the
+//! backend nothing worth measuring. Run it standalone with the
 //! `vmop-testcloud` binary.
 //!
 //! # API
@@ -10,7 +11,8 @@
 //! | request | answer |
 //! |---|---|
 //! | `POST /v1/machines` `{uid, image, cpu, memoryMib, userData?, tags?, ifAbsent?}` | 201, the machine; with `ifAbsent: true` and a machine of `uid` already there, 200 and the oldest of them instead; 422 for an unknown image; 400 for a body that is not that JSON |
-//! | `GET /v1/machines?uid=U` | 200 `{"machines": [...]}`, the machines made for `U`, oldest first (without `uid`: all) |
+//! | `GET /v1/machines?uid=U` | 200 `{"machines": [...]}`, all the machines made for `U`, oldest first; 400 for a bad escape |
+//! | `GET /v1/machines?cluster=C&limit=L&after=ID` (each optional, without `uid`) | 200 `{"machines": [...], "next": ID \| null}`: a page, in id order, of the machines tagged `vmop.dev/cluster: C` (any machine without `cluster`), those after id `ID` only (which need not exist any more), at most `L` (1..=1000, default 1000); `next` is the page's last id when more follow, else `null`; 400 for another `limit` or a bad escape |
 //! | `GET /v1/machines/{id}` | 200, the machine; 404 |
 //! | `DELETE /v1/machines/{id}` | 204; 404 |
 //! | `POST /v1/machines/{id}/start`, `.../stop` | 200, the machine (idempotent); 404 |
@@ -18,9 +20,16 @@
 //! | `GET /v1/stats` | 200, [`Stats`] |
 //!
 //! A machine is `{id, uid, image, cpu, memoryMib, state: "running"|"stopped", userData?,
-//! tags, addresses, created}`. Every refusal is `{"error": code, "message": text}`. With a
-//! [`Config::token`], a request without `Authorization: Bearer <token>` is 401; with a
-//! [`Config::rate_limit`], a request beyond it is 429 with `Retry-After` (whole seconds).
+//! tags, addresses, created}`: `id` is `tc-` and the creation number in 8 hex digits, so ids
+//! sort in creation order (for the first 2^32 machines); `tags` a string-to-string object,
+//! fixed at creation; `created` the creation number. Paging by `after` sees every machine that
+//! lives through the whole listing exactly once and none deleted before its page is read; one
+//! created meanwhile has a greater id than any listed, so it comes on a later page unless the
+//! listing has ended. Without any parameter the answer is the first page of all machines.
+//!
+//! Every refusal is `{"error": code, "message": text}`. With a [`Config::token`], a request
+//! without `Authorization: Bearer <token>` is 401; with a [`Config::rate_limit`], a request
+//! beyond it is 429 with `Retry-After` (whole seconds).
 //! The cloud deduplicates creates by uid only when asked (`ifAbsent`): otherwise that is the
 //! provider's job (the Python testcloud provider does it with `find` first).
 //!

@@ -1,7 +1,9 @@
-//! The testcloud's state: machines by id with an index by uid, so every request is O(1) in
-//! the number of machines (the scale benchmark keeps 10,000 of them).
+//! The testcloud's state: machines ordered by id, with an index by uid and one by cluster tag,
+//! so every request costs O(log n) in the number of machines, plus O(page) for a listing (the
+//! scale benchmark keeps 10,000 of them).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::Bound;
 
 use serde::{Deserialize, Serialize};
 
@@ -13,10 +15,17 @@ pub enum Power {
     Stopped,
 }
 
+/// The tag naming the cluster (the operator installation) a machine belongs to: the cluster
+/// index and `GET /v1/machines?cluster=` filter on it.
+pub const CLUSTER_TAG: &str = "vmop.dev/cluster";
+
 /// One machine, as the API answers it.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Machine {
+    /// `tc-` and the creation number in 8 lowercase hex digits (`tc-0000002a`): ids sort
+    /// (as strings) in creation order for the first 2^32 machines of a cloud, which is the
+    /// order listings page in.
     pub id: String,
     pub uid: String,
     pub image: String,
@@ -82,11 +91,22 @@ pub struct Stats {
     pub unauthorized: u64,
 }
 
-/// Every machine, by id, and the ids of each uid in creation order.
+/// One page of a listing: the machines, and the id to ask `after` for the next page (`None`:
+/// this was the last page).
+#[derive(Debug, Clone, Default)]
+pub struct Page {
+    pub machines: Vec<Machine>,
+    pub next: Option<String>,
+}
+
+/// Every machine, by id (which is creation order, see [`Machine::id`]), the ids of each uid in
+/// creation order, and the ids of each [`CLUSTER_TAG`] value. Tags are fixed at creation, so
+/// the cluster index changes only on create and delete.
 #[derive(Debug, Default)]
 pub struct Store {
-    machines: HashMap<String, Machine>,
+    machines: BTreeMap<String, Machine>,
     by_uid: HashMap<String, Vec<String>>,
+    by_cluster: HashMap<String, BTreeSet<String>>,
     next: u64,
     pub stats: Stats,
 }
@@ -130,6 +150,12 @@ impl Store {
             .entry(machine.uid.clone())
             .or_default()
             .push(machine.id.clone());
+        if let Some(cluster) = machine.tags.get(CLUSTER_TAG) {
+            self.by_cluster
+                .entry(cluster.clone())
+                .or_default()
+                .insert(machine.id.clone());
+        }
         self.machines.insert(machine.id.clone(), machine.clone());
         self.stats.created += 1;
         self.stats.live += 1;
@@ -158,11 +184,53 @@ impl Store {
         all
     }
 
+    /// At most `limit` machines (at least one is always asked for) in id order, those whose
+    /// [`CLUSTER_TAG`] is `cluster` when given, starting strictly after the id `after` when
+    /// given (which need not exist any more: a machine deleted between two pages is simply not
+    /// there). `next` is the page's last id when more machines follow, else `None`. Costs
+    /// O(log n + limit), whatever `after` is.
+    pub fn page(&self, cluster: Option<&str>, after: Option<&str>, limit: usize) -> Page {
+        let limit = limit.max(1);
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let mut machines: Vec<Machine> = match cluster {
+            None => self
+                .machines
+                .range::<str, _>((from, Bound::Unbounded))
+                .take(limit + 1)
+                .map(|(_, m)| m.clone())
+                .collect(),
+            Some(cluster) => self
+                .by_cluster
+                .get(cluster)
+                .into_iter()
+                .flat_map(|ids| ids.range::<str, _>((from, Bound::Unbounded)))
+                .filter_map(|id| self.machines.get(id))
+                .take(limit + 1)
+                .cloned()
+                .collect(),
+        };
+        let next = if machines.len() > limit {
+            machines.truncate(limit);
+            machines.last().map(|m| m.id.clone())
+        } else {
+            None
+        };
+        Page { machines, next }
+    }
+
     /// Removes the machine; `false` when there was none.
     pub fn delete(&mut self, id: &str) -> bool {
         let Some(machine) = self.machines.remove(id) else {
             return false;
         };
+        if let Some(cluster) = machine.tags.get(CLUSTER_TAG)
+            && let Some(ids) = self.by_cluster.get_mut(cluster)
+        {
+            ids.remove(id);
+            if ids.is_empty() {
+                self.by_cluster.remove(cluster);
+            }
+        }
         if let Some(ids) = self.by_uid.get_mut(&machine.uid) {
             ids.retain(|other| other != id);
             if ids.is_empty() {
@@ -211,6 +279,103 @@ mod tests {
             tags: BTreeMap::new(),
             if_absent: false,
         }
+    }
+
+    fn in_cluster(uid: &str, cluster: &str) -> NewMachine {
+        NewMachine {
+            tags: BTreeMap::from([(CLUSTER_TAG.to_owned(), cluster.to_owned())]),
+            ..new(uid)
+        }
+    }
+
+    /// Every page of a listing, following `next` from the start.
+    fn pages(store: &Store, cluster: Option<&str>, limit: usize) -> Vec<Vec<String>> {
+        let mut out = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = store.page(cluster, after.as_deref(), limit);
+            out.push(page.machines.iter().map(|m| m.id.clone()).collect());
+            match page.next {
+                Some(next) => after = Some(next),
+                None => return out,
+            }
+        }
+    }
+
+    #[test]
+    fn ids_sort_in_creation_order() {
+        let mut store = Store::default();
+        let ids: Vec<String> = (0..300)
+            .map(|i| store.create(new(&i.to_string())).id)
+            .collect();
+        let mut sorted = ids.clone();
+        sorted.sort();
+        assert_eq!(ids, sorted);
+        assert_eq!(ids.get(41).map(String::as_str), Some("tc-0000002a"));
+    }
+
+    #[test]
+    fn pages_list_every_machine_once_in_id_order() {
+        let mut store = Store::default();
+        let ids: Vec<String> = (0..10)
+            .map(|i| store.create(new(&i.to_string())).id)
+            .collect();
+        let got = pages(&store, None, 3);
+        assert_eq!(got.iter().map(Vec::len).collect::<Vec<_>>(), [3, 3, 3, 1]);
+        assert_eq!(got.concat(), ids);
+        // A page that ends exactly at the last machine says so: no empty page after it.
+        let got = pages(&store, None, 5);
+        assert_eq!(got.iter().map(Vec::len).collect::<Vec<_>>(), [5, 5]);
+        assert_eq!(pages(&store, None, 1000), [ids.clone()].as_slice());
+        assert_eq!(pages(&Store::default(), None, 10), [Vec::<String>::new()]);
+        let last = store.page(None, ids.last().map(String::as_str), 10);
+        assert!(last.machines.is_empty() && last.next.is_none());
+    }
+
+    #[test]
+    fn a_machine_deleted_between_pages_is_skipped() {
+        let mut store = Store::default();
+        let ids: Vec<String> = (0..6)
+            .map(|i| store.create(new(&i.to_string())).id)
+            .collect();
+        let [_, a1, a2, a3, a4, _] = ids.as_slice() else {
+            panic!("{ids:?}");
+        };
+        let first = store.page(None, None, 2);
+        let after = first.next.clone().unwrap_or_default();
+        assert_eq!(&after, a1);
+        // The page's own last machine and the next one both go before the next page.
+        assert!(store.delete(a1) && store.delete(a2));
+        let second = store.page(None, Some(&after), 2);
+        let got: Vec<&String> = second.machines.iter().map(|m| &m.id).collect();
+        assert_eq!(got, [a3, a4]);
+        let third = store.page(None, second.next.as_deref(), 2);
+        assert_eq!(third.machines.len(), 1);
+        assert_eq!(third.next, None);
+    }
+
+    #[test]
+    fn the_cluster_filter_pages_through_that_clusters_machines_only() {
+        let mut store = Store::default();
+        let mut a = Vec::new();
+        for i in 0..7 {
+            a.push(store.create(in_cluster(&format!("a{i}"), "a")).id);
+            store.create(in_cluster(&format!("b{i}"), "b"));
+            store.create(new(&format!("none{i}")));
+        }
+        assert_eq!(pages(&store, Some("a"), 3).concat(), a);
+        assert_eq!(pages(&store, Some("b"), 2).concat().len(), 7);
+        assert_eq!(pages(&store, None, 4).concat().len(), 21);
+        assert_eq!(pages(&store, Some("c"), 3), [Vec::<String>::new()]);
+        for id in &a {
+            assert!(store.delete(id));
+        }
+        assert_eq!(pages(&store, Some("a"), 3), [Vec::<String>::new()]);
+        assert!(
+            !store.by_cluster.contains_key("a"),
+            "an empty cluster leaves no entry"
+        );
+        assert_eq!(pages(&store, Some("b"), 100).concat().len(), 7);
     }
 
     #[test]
