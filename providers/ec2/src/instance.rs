@@ -1,6 +1,7 @@
 //! An EC2 instance as the provider sees it, and its translation into the contract's `vm-status`.
 
-use vmop_provider_sdk::{Phase, VmStatus};
+use vmop_provider_sdk::time::rfc3339_ms;
+use vmop_provider_sdk::{ListedMachine, Phase, VmStatus};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Instance {
@@ -19,6 +20,8 @@ pub struct Instance {
     pub launch_time: String,
     /// The `vmop.dev/uid` tag: the VM the instance belongs to (`vm-status.owner`).
     pub owner: Option<String>,
+    /// The `vmop.dev/cluster` tag: the cluster that made (or claimed) the instance.
+    pub cluster: Option<String>,
 }
 
 impl Instance {
@@ -58,6 +61,16 @@ impl Instance {
             owner: self.owner.clone().filter(|o| !o.is_empty()),
         }
     }
+
+    /// The instance as `list` answers it: the status `get` answers, the cluster tag, and the
+    /// launch time (`None` when EC2 wrote none this provider can read).
+    pub fn to_listed(&self) -> ListedMachine {
+        ListedMachine {
+            status: self.to_status(),
+            cluster: self.cluster.clone().filter(|c| !c.is_empty()),
+            created_at_ms: rfc3339_ms(&self.launch_time),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -89,6 +102,33 @@ mod tests {
             ..instance
         };
         assert_eq!(tagged.to_status().owner.as_deref(), Some("u-1"));
+    }
+
+    #[test]
+    fn listed_as_get_sees_it_with_cluster_and_launch_time() {
+        let instance = Instance {
+            id: "i-1".into(),
+            state: "stopped".into(),
+            private_ip: Some("10.0.0.1".into()),
+            launch_time: "2026-11-29T21:00:00.000Z".into(),
+            owner: Some("u-1".into()),
+            cluster: Some("c-1".into()),
+            ..Instance::default()
+        };
+        let listed = instance.to_listed();
+        assert_eq!(
+            format!("{:?}", listed.status),
+            format!("{:?}", instance.to_status())
+        );
+        assert_eq!(listed.cluster.as_deref(), Some("c-1"));
+        assert_eq!(listed.created_at_ms, Some(1_795_986_000_000));
+        let bare = Instance {
+            cluster: Some(String::new()),
+            launch_time: "yesterday".into(),
+            ..instance
+        }
+        .to_listed();
+        assert_eq!((bare.cluster, bare.created_at_ms), (None, None));
     }
 
     #[test]

@@ -114,7 +114,7 @@ pub fn run_instances_params(
 
     params.push("TagSpecification.1.ResourceType", "instance");
     for (i, (key, value)) in TAGS
-        .for_spec(spec, settings.get("tags"))?
+        .for_spec(spec, &config.cluster, settings.get("tags"))?
         .into_iter()
         .enumerate()
     {
@@ -217,6 +217,21 @@ mod tests {
             None,
             "aws: labels are skipped"
         );
+    }
+
+    #[test]
+    fn the_cluster_is_tagged_after_the_uid() {
+        let config = Config {
+            cluster: "c-1".into(),
+            ..Config::default()
+        };
+        let params = run_instances_params(&config, &spec(), &image(), UID).unwrap();
+        assert_eq!(
+            get(&params, "TagSpecification.1.Tag.5.Key"),
+            Some(vmop_provider_sdk::tags::TAG_CLUSTER)
+        );
+        assert_eq!(get(&params, "TagSpecification.1.Tag.5.Value"), Some("c-1"));
+        assert_eq!(get(&params, "TagSpecification.1.Tag.6.Key"), Some("app"));
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! when that is set, since EC2 stand-ins such as moto serve STS on the same port, else
 //! `https://sts.<region>.amazonaws.com`), and the launch settings of `parameters.rs`
 //! (`instanceType`, `subnetId`, `securityGroupIds`, `keyName`, `rootVolumeSizeGiB`, `tags`),
-//! which a VM's `spec.parameters` override. Credentials Secret: `access_key_id`,
+//! which a VM's `spec.parameters` override, and `listPageSize` (instances per `list` page,
+//! 5..=1000, default 1000; see `list.rs`). Credentials Secret: `access_key_id`,
 //! `secret_access_key`, optional `session_token`. Both endpoints must be in the
 //! ProviderConfig's `allowedHosts`.
 //!
@@ -25,6 +26,7 @@ mod errors;
 mod instance;
 pub mod instance_types;
 mod launch;
+mod list;
 mod location;
 mod lookup;
 mod parameters;
@@ -35,8 +37,8 @@ mod xml;
 
 use vmop_provider_sdk::error::transient;
 use vmop_provider_sdk::{
-    Config, PluginInfo, Provider, ProviderError, UpdateOutcome, VmSpec, VmStatus, WIT_VERSION,
-    info, warn,
+    Config, Page, PluginInfo, Provider, ProviderError, UpdateOutcome, VmSpec, VmStatus,
+    WIT_VERSION, info, warn,
 };
 
 use crate::power::Power;
@@ -49,8 +51,8 @@ use crate::query::{Api, CallError, Params};
 const MAX_TOKEN_GENERATIONS: usize = 32;
 
 /// `user-data` (`spec.userData` is passed to `RunInstances`), `update` (the instance type, see
-/// `update.rs`) and `power`.
-const CAPABILITIES: [&str; 3] = ["user-data", "update", "power"];
+/// `update.rs`), `power` and `list` (the cluster's instances by tag, see `list.rs`).
+const CAPABILITIES: [&str; 4] = ["user-data", "update", "power", "list"];
 
 struct Ec2Provider;
 
@@ -131,7 +133,7 @@ impl Provider for Ec2Provider {
     fn update(config: &Config, id: &str, spec: VmSpec) -> Result<UpdateOutcome, ProviderError> {
         let ec2 = Api::ec2(config)?;
         let desired_type = launch::instance_type(config, &spec)?;
-        update::apply(&ec2, id, &spec, &desired_type)
+        update::apply(&ec2, id, &spec, &config.cluster, &desired_type)
     }
 
     fn start(config: &Config, id: &str) -> Result<(), ProviderError> {
@@ -140,6 +142,10 @@ impl Provider for Ec2Provider {
 
     fn stop(config: &Config, id: &str) -> Result<(), ProviderError> {
         power::set(&Api::ec2(config)?, id, Power::Off)
+    }
+
+    fn list(config: &Config, cursor: Option<String>) -> Result<Page, ProviderError> {
+        list::list(config, cursor.as_deref())
     }
 
     fn delete(config: &Config, id: &str) -> Result<(), ProviderError> {

@@ -10,7 +10,7 @@ use crate::query::{Api, CallError, Params};
 use crate::xml::{self, Image};
 
 /// States of an instance that still stands for its VM; a terminated one does not.
-const LIVE_STATES: [&str; 4] = ["pending", "running", "stopping", "stopped"];
+pub const LIVE_STATES: [&str; 4] = ["pending", "running", "stopping", "stopped"];
 
 /// The live instance tagged with `uid`; the oldest if a race made several.
 pub fn by_uid(ec2: &Api, uid: &str) -> Result<Option<Instance>, ProviderError> {

@@ -327,6 +327,7 @@ mod tests {
         let config = Config {
             settings: [("region", "us-east-1")].into_iter().collect(),
             secrets: [("access_key_id", "AKID")].into_iter().collect(),
+            ..Config::default()
         };
         match Api::ec2(&config) {
             Err(ProviderError::Permanent(m)) => assert!(m.contains("secret_access_key"), "{m}"),
@@ -340,6 +341,7 @@ mod tests {
             secrets: [("access_key_id", "AKID"), ("secret_access_key", "s")]
                 .into_iter()
                 .collect(),
+            ..Config::default()
         }
     }
 

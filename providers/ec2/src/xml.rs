@@ -2,7 +2,7 @@
 //! and STS's `GetCallerIdentity`; element names are matched without their namespace.
 
 use roxmltree::{Document, Node};
-use vmop_provider_sdk::tags::TAG_UID;
+use vmop_provider_sdk::tags::{TAG_CLUSTER, TAG_UID};
 
 use crate::instance::Instance;
 
@@ -30,6 +30,12 @@ pub fn error(body: &str) -> Option<(String, String)> {
 
 /// Every instance of a `DescribeInstances` or `RunInstances` response (each `instancesSet/item`).
 pub fn instances(body: &str) -> Result<Vec<Instance>, XmlError> {
+    Ok(instance_page(body)?.0)
+}
+
+/// The instances of one `DescribeInstances` page and its `nextToken` (`None` on the last page,
+/// where EC2 leaves it out or empty).
+pub fn instance_page(body: &str) -> Result<(Vec<Instance>, Option<String>), XmlError> {
     let doc = Document::parse(body)?;
     let instances = doc
         .descendants()
@@ -38,7 +44,8 @@ pub fn instances(body: &str) -> Result<Vec<Instance>, XmlError> {
         .map(instance)
         .filter(|i| !i.id.is_empty())
         .collect();
-    Ok(instances)
+    let next = child_text(doc.root_element(), "nextToken").filter(|t| !t.is_empty());
+    Ok((instances, next))
 }
 
 /// The images of a `DescribeImages` response.
@@ -82,13 +89,19 @@ fn instance(item: Node<'_, '_>) -> Instance {
         private_dns: text("privateDnsName"),
         state_reason: child(item, "stateReason").and_then(|s| child_text(s, "message")),
         launch_time: text("launchTime").unwrap_or_default(),
-        owner: child(item, "tagSet").and_then(|set| {
-            set.children()
-                .filter(|n| n.has_tag_name("item"))
-                .find(|tag| child_text(*tag, "key").as_deref() == Some(TAG_UID))
-                .map(|tag| child_text(tag, "value").unwrap_or_default())
-        }),
+        owner: tag(item, TAG_UID),
+        cluster: tag(item, TAG_CLUSTER),
     }
+}
+
+/// The value of tag `key` of an instance item (`tagSet/item`).
+fn tag(item: Node<'_, '_>, key: &str) -> Option<String> {
+    child(item, "tagSet").and_then(|set| {
+        set.children()
+            .filter(|n| n.has_tag_name("item"))
+            .find(|tag| child_text(*tag, "key").as_deref() == Some(key))
+            .map(|tag| child_text(tag, "value").unwrap_or_default())
+    })
 }
 
 fn child<'a, 'i>(node: Node<'a, 'i>, name: &str) -> Option<Node<'a, 'i>> {
@@ -123,7 +136,7 @@ mod tests {
           <privateIpAddress>10.0.0.5</privateIpAddress>
           <ipAddress>54.1.2.3</ipAddress>
           <stateReason><code>0</code><message>fine</message></stateReason>
-          <tagSet><item><key>vmop.dev/uid</key><value>u-1</value></item></tagSet>
+          <tagSet><item><key>vmop.dev/uid</key><value>u-1</value></item><item><key>vmop.dev/cluster</key><value>c-1</value></item></tagSet>
           <networkInterfaceSet><item><privateIpAddress>10.9.9.9</privateIpAddress></item></networkInterfaceSet>
         </item>
       </instancesSet>
@@ -137,6 +150,7 @@ mod tests {
       </instancesSet>
     </item>
   </reservationSet>
+  <nextToken>r-0b</nextToken>
 </DescribeInstancesResponse>"#;
 
     #[test]
@@ -154,8 +168,21 @@ mod tests {
         assert_eq!(first.state_reason.as_deref(), Some("fine"));
         assert_eq!(first.launch_time, "2026-11-29T21:00:00.000Z");
         assert_eq!(first.owner.as_deref(), Some("u-1"));
+        assert_eq!(first.cluster.as_deref(), Some("c-1"));
         assert_eq!(all[1].state, "terminated");
         assert_eq!(all[1].owner, None);
+        assert_eq!(all[1].cluster, None);
+    }
+
+    #[test]
+    fn reads_the_next_token_of_the_response_only() {
+        let (all, next) = instance_page(DESCRIBE).unwrap();
+        assert_eq!((all.len(), next.as_deref()), (2, Some("r-0b")));
+        let last = r#"<DescribeInstancesResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">
+<reservationSet><item><instancesSet><item><instanceId>i-1</instanceId><nextToken>inner</nextToken>
+</item></instancesSet></item></reservationSet><nextToken/></DescribeInstancesResponse>"#;
+        let (all, next) = instance_page(last).unwrap();
+        assert_eq!((all.len(), next), (1, None));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The generated export trait implemented for any [`Provider`]: conversion of the WIT's owned
-//! arguments, and [`bounds`] applied to every answer on its way out.
+//! arguments, and [`bounds`] applied to every answer on its way out. A `contract-0-2` build
+//! exports no `list` and drops the capability `list` from `info()`.
 
 use std::marker::PhantomData;
 
@@ -17,7 +18,11 @@ pub struct Adapter<P>(PhantomData<P>);
 
 impl<P: Provider> Guest for Adapter<P> {
     fn info() -> PluginInfo {
-        bounds::info(P::info())
+        #[cfg_attr(not(feature = "contract-0-2"), allow(unused_mut))]
+        let mut info = P::info();
+        #[cfg(feature = "contract-0-2")]
+        info.capabilities.retain(|c| c != crate::CAPABILITY_LIST);
+        bounds::info(info)
     }
 
     fn location(config: ProviderConfig) -> Result<String, ProviderError> {
@@ -58,11 +63,25 @@ impl<P: Provider> Guest for Adapter<P> {
     fn delete(config: ProviderConfig, id: String) -> Result<(), ProviderError> {
         P::delete(&Config::from(config), &id).map_err(bounds::error)
     }
+
+    #[cfg(not(feature = "contract-0-2"))]
+    fn list(config: ProviderConfig, cursor: Option<String>) -> Result<crate::Page, ProviderError> {
+        let mut left_out = Vec::new();
+        let page = bounds::result(P::list(&Config::from(config), cursor), |page| {
+            bounds::page(page, &mut left_out)
+        });
+        for reason in left_out {
+            crate::log::warn(&format!("left out of the listing: {reason}"));
+        }
+        page
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(not(feature = "contract-0-2"))]
+    use crate::{ListedMachine, Page};
     use crate::{Phase, WIT_VERSION, error};
 
     /// Breaks every bound it can, to show the adapter repairs or refuses each answer.
@@ -72,6 +91,8 @@ mod tests {
         ProviderConfig {
             settings: Vec::new(),
             secrets: Vec::new(),
+            #[cfg(not(feature = "contract-0-2"))]
+            cluster: "c-1".into(),
         }
     }
 
@@ -81,7 +102,7 @@ mod tests {
                 name: "careless".into(),
                 version: "0.0.0".into(),
                 wit_version: WIT_VERSION.into(),
-                capabilities: Vec::new(),
+                capabilities: vec!["power".into(), crate::CAPABILITY_LIST.into()],
                 parameters: Vec::new(),
             }
         }
@@ -162,5 +183,78 @@ mod tests {
             Exported::stop(config(), "i".into()),
             Err(ProviderError::Permanent(m)) if m.starts_with("stop ")
         ));
+    }
+
+    #[cfg(not(feature = "contract-0-2"))]
+    #[test]
+    fn list_defaults_to_unsupported_and_is_bounded() {
+        assert!(matches!(
+            Exported::list(config(), None),
+            Err(ProviderError::Permanent(m)) if m == "list is not supported by this provider"
+        ));
+        assert_eq!(Exported::info().capabilities, ["power", "list"]);
+
+        struct Lister;
+        impl Provider for Lister {
+            fn info() -> PluginInfo {
+                Careless::info()
+            }
+            fn location(_: &Config) -> Result<String, ProviderError> {
+                Ok("l".into())
+            }
+            fn find(_: &Config, _: &str) -> Result<Option<VmStatus>, ProviderError> {
+                Ok(None)
+            }
+            fn create(_: &Config, _: VmSpec) -> Result<VmStatus, ProviderError> {
+                Err(ProviderError::Permanent("no".into()))
+            }
+            fn get(_: &Config, _: &str) -> Result<Option<VmStatus>, ProviderError> {
+                Ok(None)
+            }
+            fn delete(_: &Config, _: &str) -> Result<(), ProviderError> {
+                Ok(())
+            }
+            /// As many machines as the cursor says, each named by the config's cluster.
+            fn list(config: &Config, cursor: Option<String>) -> Result<Page, ProviderError> {
+                let count: usize = cursor.as_deref().unwrap_or("0").parse().unwrap_or(0);
+                let machines = (0..count)
+                    .map(|i| ListedMachine {
+                        status: VmStatus {
+                            id: format!("i-{i}"),
+                            phase: Phase::Running,
+                            addresses: Vec::new(),
+                            message: None,
+                            owner: None,
+                        },
+                        cluster: Some(config.cluster.clone()),
+                        created_at_ms: None,
+                    })
+                    .collect();
+                Ok(Page {
+                    machines,
+                    next: Some("x".repeat(count)),
+                })
+            }
+        }
+        type Listed = Adapter<Lister>;
+        let page = Listed::list(config(), Some("2".into())).ok();
+        let page = page.unwrap_or_else(|| panic!("a page of two was refused"));
+        assert_eq!(page.machines.len(), 2);
+        assert_eq!(
+            page.machines.first().and_then(|m| m.cluster.as_deref()),
+            Some("c-1")
+        );
+        assert_eq!(page.next.as_deref(), Some("xx"));
+        assert!(matches!(
+            Listed::list(config(), Some("1001".into())),
+            Err(ProviderError::Permanent(m)) if m.contains("1001 machines")
+        ));
+    }
+
+    #[cfg(feature = "contract-0-2")]
+    #[test]
+    fn a_0_2_build_declares_no_list() {
+        assert_eq!(Exported::info().capabilities, ["power"]);
+        assert_eq!(Exported::info().wit_version, "0.2.0");
     }
 }

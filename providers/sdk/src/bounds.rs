@@ -9,16 +9,18 @@
 //! answer, so what can be shortened without changing its meaning is shortened here: messages
 //! are truncated, the retry delay clamped, addresses capped. What cannot (an id, a location:
 //! a shortened one would name a different machine or cloud) becomes a `permanent` error that
-//! says the provider is at fault, instead of an answer the host would refuse anyway.
+//! says the provider is at fault, instead of an answer the host would refuse anyway. A `list`
+//! page is the one answer with many machines: [`page`] says what it keeps.
 //!
 //! [`Provider`]: crate::Provider
 
 pub use vmop_contract::bounds::{
-    MAX_ADDRESS, MAX_ADDRESSES, MAX_CAPABILITIES, MAX_ID, MAX_INFO_FIELD, MAX_LOCATION,
-    MAX_MESSAGE, MAX_OWNER, MAX_PARAMETERS, MAX_RETRY_AFTER, MAX_RETRY_AFTER_MS,
+    MAX_ADDRESS, MAX_ADDRESSES, MAX_CAPABILITIES, MAX_CLUSTER, MAX_CURSOR, MAX_ID, MAX_INFO_FIELD,
+    MAX_LOCATION, MAX_MESSAGE, MAX_OWNER, MAX_PAGE_MACHINES, MAX_PARAMETERS, MAX_RETRY_AFTER,
+    MAX_RETRY_AFTER_MS,
 };
 
-use crate::{Parameter, PluginInfo, ProviderError, RateLimit, VmStatus};
+use crate::{ListedMachine, Page, Parameter, PluginInfo, ProviderError, RateLimit, VmStatus};
 
 pub use vmop_contract::text::truncate;
 
@@ -77,6 +79,71 @@ pub fn status(mut status: VmStatus) -> Result<VmStatus, ProviderError> {
 /// `Some` status bounded by [`status`].
 pub fn optional_status(found: Option<VmStatus>) -> Result<Option<VmStatus>, ProviderError> {
     found.map(status).transpose()
+}
+
+/// A `list` page within the bounds, or an error where the page itself is wrong:
+///
+/// - more than [`MAX_PAGE_MACHINES`] machines is a `permanent` error (the provider asked its
+///   cloud for too many): a cut page would skip the machines between its end and `next` for
+///   good;
+/// - a `next` over [`MAX_CURSOR`] bytes is a `permanent` error (a cut cursor is another
+///   cursor); an empty `next` is the end of the listing (`None`: the contract has no empty
+///   cursor, and clouds write an empty token on their last page);
+/// - each machine's status is bounded as [`status`] bounds it, and an empty cluster is `None`.
+///   A machine the contract cannot carry (an id or owner [`status`] refuses, a cluster over
+///   [`MAX_CLUSTER`] bytes) is left out of the page, and why is pushed to `left_out` (the
+///   adapter logs it): no call could name such a machine, and the host reads a machine missing
+///   from a listing as "ask `get`", never as gone.
+pub fn page(page: Page, left_out: &mut Vec<String>) -> Result<Page, ProviderError> {
+    if page.machines.len() > MAX_PAGE_MACHINES {
+        return Err(ProviderError::Permanent(format!(
+            "provider bug: it returned a page of {} machines (the contract allows \
+             {MAX_PAGE_MACHINES})",
+            page.machines.len()
+        )));
+    }
+    let next = page.next.filter(|n| !n.is_empty());
+    if let Some(next) = next.as_ref().filter(|n| n.len() > MAX_CURSOR) {
+        return Err(ProviderError::Permanent(format!(
+            "provider bug: it returned a page cursor of {} bytes (the contract allows \
+             1..={MAX_CURSOR})",
+            next.len()
+        )));
+    }
+    let machines = page
+        .machines
+        .into_iter()
+        .filter_map(|machine| match listed(machine) {
+            Ok(machine) => Some(machine),
+            Err(reason) => {
+                left_out.push(reason);
+                None
+            }
+        })
+        .collect();
+    Ok(Page { machines, next })
+}
+
+/// One machine of a page bounded for [`page`], or why it cannot be listed.
+fn listed(machine: ListedMachine) -> Result<ListedMachine, String> {
+    let status = status(machine.status).map_err(|e| match e {
+        ProviderError::Permanent(m) => m,
+        other => format!("{other:?}"),
+    })?;
+    let cluster = machine.cluster.filter(|c| !c.is_empty());
+    if let Some(cluster) = cluster.as_ref().filter(|c| c.len() > MAX_CLUSTER) {
+        return Err(format!(
+            "provider bug: machine {} carries a cluster mark of {} bytes (the contract allows \
+             1..={MAX_CLUSTER})",
+            status.id,
+            cluster.len()
+        ));
+    }
+    Ok(ListedMachine {
+        status,
+        cluster,
+        created_at_ms: machine.created_at_ms,
+    })
 }
 
 /// A location of 1..=[`MAX_LOCATION`] bytes, else an error: a cut location could equal another
@@ -213,6 +280,94 @@ mod tests {
         let failed: Result<VmStatus, _> =
             result(Err(ProviderError::Transient("x".repeat(2000))), status);
         assert!(matches!(failed, Err(ProviderError::Transient(m)) if m.len() <= MAX_MESSAGE));
+    }
+
+    fn listed(id: &str) -> ListedMachine {
+        ListedMachine {
+            status: vm(id),
+            cluster: Some("c-1".into()),
+            created_at_ms: Some(1),
+        }
+    }
+
+    #[test]
+    fn pages_keep_what_the_contract_can_carry() {
+        let mut wordy = listed("i-2");
+        wordy.status.message = Some("w".repeat(5000));
+        let mut unmarked = listed("i-3");
+        unmarked.cluster = Some(String::new());
+        let mut foreign = listed("i-4");
+        foreign.cluster = Some("c".repeat(MAX_CLUSTER + 1));
+        let machines = vec![
+            listed("i-1"),
+            listed(&"i".repeat(MAX_ID + 1)),
+            wordy,
+            unmarked,
+            foreign,
+            listed(""),
+        ];
+        let mut left_out = Vec::new();
+        let bounded = page(
+            Page {
+                machines,
+                next: Some("n".repeat(MAX_CURSOR)),
+            },
+            &mut left_out,
+        )
+        .unwrap();
+        let ids: Vec<&str> = bounded
+            .machines
+            .iter()
+            .map(|m| m.status.id.as_str())
+            .collect();
+        assert_eq!(ids, ["i-1", "i-2", "i-3"]);
+        assert_eq!(left_out.len(), 3, "{left_out:?}");
+        assert!(
+            left_out
+                .iter()
+                .any(|r| r.contains("i-4") && r.contains("257 bytes"))
+        );
+        let kept = |i: usize| bounded.machines.get(i).unwrap();
+        assert!(
+            kept(1)
+                .status
+                .message
+                .as_ref()
+                .is_some_and(|m| m.len() <= MAX_MESSAGE)
+        );
+        assert_eq!(kept(2).cluster, None, "an empty mark is no mark");
+        assert_eq!(kept(0).created_at_ms, Some(1));
+        assert_eq!(bounded.next.map(|n| n.len()), Some(MAX_CURSOR));
+    }
+
+    #[test]
+    fn pages_too_long_or_with_a_long_cursor_are_errors() {
+        let mut left_out = Vec::new();
+        let full = Page {
+            machines: vec![listed("i-1"); MAX_PAGE_MACHINES],
+            next: None,
+        };
+        assert!(page(full.clone(), &mut left_out).is_ok());
+        let mut over = full;
+        over.machines.push(listed("i-2"));
+        assert!(matches!(
+            page(over, &mut left_out),
+            Err(ProviderError::Permanent(m)) if m.contains("1001 machines")
+        ));
+        let long = Page {
+            machines: Vec::new(),
+            next: Some("n".repeat(MAX_CURSOR + 1)),
+        };
+        assert!(matches!(
+            page(long, &mut left_out),
+            Err(ProviderError::Permanent(m)) if m.contains("cursor of 4097 bytes")
+        ));
+        let last = Page {
+            machines: Vec::new(),
+            next: Some(String::new()),
+        };
+        assert_eq!(page(last, &mut left_out).ok().and_then(|p| p.next), None);
+        assert!(left_out.is_empty());
     }
 
     #[test]

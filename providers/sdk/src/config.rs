@@ -15,6 +15,25 @@ use crate::{ProviderConfig, ProviderError};
 pub struct Config {
     pub settings: Settings,
     pub secrets: Secrets,
+    /// This cluster's identity (`provider-config.cluster`): the mark `create` puts on machines
+    /// ([`crate::tags::own`]) and `list` answers by. Empty where the host sends none (a CLI
+    /// call, a `contract-0-2` build).
+    pub cluster: String,
+}
+
+impl Config {
+    /// [`Config::cluster`], or a `permanent` error when it is empty: `list` answers one
+    /// cluster's machines, never every cluster's.
+    pub fn require_cluster(&self) -> Result<&str, ProviderError> {
+        if self.cluster.is_empty() {
+            return Err(ProviderError::Permanent(
+                "the call names no cluster (provider-config.cluster is empty), so there is no \
+                 cluster whose machines to list"
+                    .to_owned(),
+            ));
+        }
+        Ok(&self.cluster)
+    }
 }
 
 impl From<ProviderConfig> for Config {
@@ -22,6 +41,10 @@ impl From<ProviderConfig> for Config {
         Config {
             settings: Settings(config.settings.into_iter().collect()),
             secrets: Secrets(config.secrets.into_iter().collect()),
+            #[cfg(not(feature = "contract-0-2"))]
+            cluster: config.cluster,
+            #[cfg(feature = "contract-0-2")]
+            cluster: String::new(),
         }
     }
 }
@@ -169,6 +192,19 @@ mod tests {
                 other => panic!("expected a permanent error, got {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn list_needs_a_cluster() {
+        assert!(matches!(
+            Config::default().require_cluster(),
+            Err(ProviderError::Permanent(m)) if m.contains("cluster")
+        ));
+        let config = Config {
+            cluster: "c-1".into(),
+            ..Config::default()
+        };
+        assert_eq!(config.require_cluster().ok(), Some("c-1"));
     }
 
     #[test]

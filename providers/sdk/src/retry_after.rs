@@ -9,6 +9,8 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::time::days_from_civil;
+
 /// The longest delay a plugin may ask for (`rate-limit.retry-after-ms`), the contract's.
 pub use crate::bounds::MAX_RETRY_AFTER;
 
@@ -69,18 +71,6 @@ fn digits(text: &str) -> Option<u64> {
     } else {
         None
     }
-}
-
-/// Days since 1970-01-01 of a Gregorian date in or after 1970 (H. Hinnant's
-/// `days_from_civil`, restricted to non-negative results).
-fn days_from_civil(year: u64, month: u64, day: u64) -> u64 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year / 400;
-    let yoe = year - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 #[cfg(test)]

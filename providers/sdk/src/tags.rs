@@ -1,7 +1,9 @@
 //! vmop's conventions for finding a machine again without any memory between calls: every
 //! machine carries the VM's uid (and, for people, its namespace and name) as tags or labels,
 //! `find` and `create` look it up by the uid, and when a race made several, every caller
-//! settles on the same one, the oldest.
+//! settles on the same one, the oldest. It also carries the cluster that made it
+//! (`provider-config.cluster`), which `list` filters by: another cluster's machines are never
+//! this one's.
 //!
 //! The tag names are the same for every provider (`vmop.dev/uid`, ...), so an operator can
 //! find vmop's machines in any cloud's console with one filter.
@@ -15,20 +17,27 @@ pub const TAG_UID: &str = "vmop.dev/uid";
 pub const TAG_NAMESPACE: &str = "vmop.dev/namespace";
 /// The VM's name.
 pub const TAG_NAME: &str = "vmop.dev/name";
+/// The cluster that made the machine (`provider-config.cluster`): what `list` searches by.
+pub const TAG_CLUSTER: &str = "vmop.dev/cluster";
 
-/// vmop's own tags for `spec`: namespace, name and uid.
-pub fn own(spec: &VmSpec) -> [(&'static str, &str); 3] {
-    [
+/// vmop's own tags for `spec`, made by the cluster `cluster`: namespace, name and uid, then the
+/// cluster unless it is empty (a call that names no cluster marks no cluster).
+pub fn own<'a>(spec: &'a VmSpec, cluster: &'a str) -> Vec<(&'static str, &'a str)> {
+    let mut tags = vec![
         (TAG_NAMESPACE, spec.namespace.as_str()),
         (TAG_NAME, spec.name.as_str()),
         (TAG_UID, spec.uid.as_str()),
-    ]
+    ];
+    if !cluster.is_empty() {
+        tags.push((TAG_CLUSTER, cluster));
+    }
+    tags
 }
 
 /// Whether `key` is one of vmop's own tags (which no setting or label may replace: a replaced
-/// uid tag hides the machine from `find`).
+/// uid tag hides the machine from `find`, a replaced cluster tag from `list`).
 pub fn is_own(key: &str) -> bool {
-    [TAG_UID, TAG_NAMESPACE, TAG_NAME].contains(&key)
+    [TAG_UID, TAG_NAMESPACE, TAG_NAME, TAG_CLUSTER].contains(&key)
 }
 
 /// What a cloud accepts as tags, for [`Rules::for_spec`] and [`Rules::parse_list`]. Lengths are
@@ -109,21 +118,24 @@ impl Rules {
         Ok(tags)
     }
 
-    /// Every tag for `spec`'s machine: the name key if any, vmop's own, then those of `extra`
-    /// (a `tags` list, checked by [`Rules::parse_list`]), then as many of the VM's labels as
-    /// [`Rules::max_tags`] leaves room for. Too many explicit tags are an `invalid-spec` error;
-    /// labels are best effort (one the cloud does not take, or whose key is already used, is
-    /// skipped: a label never fails a create).
+    /// Every tag for `spec`'s machine made by `cluster`: the name key if any, vmop's own
+    /// ([`own`]), then those of `extra` (a `tags` list, checked by [`Rules::parse_list`]), then
+    /// as many of the VM's labels as [`Rules::max_tags`] leaves room for. Too many explicit
+    /// tags are an `invalid-spec` error; labels are best effort (one the cloud does not take,
+    /// one of the reserved keys, or one whose key is already used, is skipped: a label never
+    /// fails a create, and never sets a mark vmop did not, such as the cluster of a call that
+    /// names none).
     pub fn for_spec<'a>(
         &self,
         spec: &'a VmSpec,
+        cluster: &'a str,
         extra: Option<&'a str>,
     ) -> Result<Vec<(&'a str, &'a str)>, ProviderError> {
         let mut tags: Vec<(&str, &str)> = self
             .name_key
             .map(|key| (key, spec.name.as_str()))
             .into_iter()
-            .chain(own(spec))
+            .chain(own(spec, cluster))
             .collect();
         let fixed = tags.len();
         tags.extend(self.parse_list(extra.unwrap_or_default())?);
@@ -138,7 +150,10 @@ impl Rules {
             if tags.len() >= self.max_tags {
                 break;
             }
-            if self.admits(key, value) && !tags.iter().any(|(k, _)| k == key) {
+            if self.admits(key, value)
+                && !self.is_reserved(key)
+                && !tags.iter().any(|(k, _)| k == key)
+            {
                 tags.push((key, value));
             }
         }
@@ -155,9 +170,10 @@ pub fn parse_list(list: &str) -> Result<Vec<(&str, &str)>, ProviderError> {
 /// VM's labels whose keys are still free.
 pub fn for_spec<'a>(
     spec: &'a VmSpec,
+    cluster: &'a str,
     extra: Option<&'a str>,
 ) -> Result<Vec<(&'a str, &'a str)>, ProviderError> {
-    Rules::ANY.for_spec(spec, extra)
+    Rules::ANY.for_spec(spec, cluster, extra)
 }
 
 /// The machine to answer for one uid among `candidates`: the one with the smallest `age` key
@@ -191,25 +207,59 @@ mod tests {
 
     #[test]
     fn own_tags_then_the_list_then_free_labels() {
-        let spec = spec(&[("app", "web"), ("team", "label-loses"), (TAG_UID, "x")]);
-        let tags = for_spec(&spec, Some(" team = a ,, cost=42")).unwrap();
+        let spec = spec(&[
+            ("app", "web"),
+            ("team", "label-loses"),
+            (TAG_UID, "x"),
+            (TAG_CLUSTER, "other"),
+        ]);
+        let tags = for_spec(&spec, "c-1", Some(" team = a ,, cost=42")).unwrap();
         assert_eq!(
             tags,
             [
                 (TAG_NAMESPACE, "team-a"),
                 (TAG_NAME, "web"),
                 (TAG_UID, "u-1"),
+                (TAG_CLUSTER, "c-1"),
                 ("team", "a"),
                 ("cost", "42"),
                 ("app", "web"),
             ]
         );
-        assert_eq!(for_spec(&spec, None).unwrap().len(), 5);
+        assert_eq!(for_spec(&spec, "c-1", None).unwrap().len(), 6);
+    }
+
+    #[test]
+    fn no_cluster_no_cluster_tag() {
+        let spec = spec(&[]);
+        assert_eq!(
+            own(&spec, ""),
+            [
+                (TAG_NAMESPACE, "team-a"),
+                (TAG_NAME, "web"),
+                (TAG_UID, "u-1")
+            ]
+        );
+        assert_eq!(own(&spec, "c-1").last(), Some(&(TAG_CLUSTER, "c-1")));
+        let labelled = self::spec(&[(TAG_CLUSTER, "forged")]);
+        assert!(
+            !for_spec(&labelled, "", None)
+                .unwrap()
+                .iter()
+                .any(|(k, _)| *k == TAG_CLUSTER),
+            "a label never sets the cluster mark"
+        );
     }
 
     #[test]
     fn lists_are_checked() {
-        for bad in ["novalue", "=v", "vmop.dev/uid=other", "a=1,a=2"] {
+        for bad in [
+            "novalue",
+            "=v",
+            "vmop.dev/uid=other",
+            "vmop.dev/cluster=other",
+            "a=1,a=2",
+        ] {
             assert!(
                 matches!(parse_list(bad), Err(ProviderError::InvalidSpec(_))),
                 "{bad}"
@@ -230,7 +280,9 @@ mod tests {
     #[test]
     fn the_name_key_comes_first_and_labels_the_cloud_refuses_are_skipped() {
         let spec = spec(&[("app", "web"), ("team", "label-loses"), ("AWS:x", "y")]);
-        let tags = EC2.for_spec(&spec, Some(" team = a , cost=42,")).unwrap();
+        let tags = EC2
+            .for_spec(&spec, "c-1", Some(" team = a , cost=42,"))
+            .unwrap();
         assert_eq!(
             tags,
             [
@@ -238,6 +290,7 @@ mod tests {
                 (TAG_NAMESPACE, "team-a"),
                 (TAG_NAME, "web"),
                 (TAG_UID, "u-1"),
+                (TAG_CLUSTER, "c-1"),
                 ("team", "a"),
                 ("cost", "42"),
                 ("app", "web"),
@@ -261,7 +314,7 @@ mod tests {
             &long_key,
             &long_value,
         ] {
-            match EC2.for_spec(&spec, Some(bad)) {
+            match EC2.for_spec(&spec, "c-1", Some(bad)) {
                 Err(ProviderError::InvalidSpec(m)) => assert!(m.contains("tag"), "{m}"),
                 other => panic!("{bad}: {other:?}"),
             }
@@ -273,18 +326,22 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(
-            EC2.for_spec(&spec, Some("empty=")).is_ok(),
+            EC2.for_spec(&spec, "c-1", Some("empty=")).is_ok(),
             "empty values are fine"
         );
         assert!(
             EC2.admits(&"k".repeat(128), &"é".repeat(256)),
             "characters, not bytes"
         );
-        let many: Vec<String> = (0..47).map(|i| format!("k{i}=v")).collect();
+        let many: Vec<String> = (0..46).map(|i| format!("k{i}=v")).collect();
         assert!(matches!(
-            EC2.for_spec(&spec, Some(&many.join(","))),
-            Err(ProviderError::InvalidSpec(m)) if m.contains("51 tags")
+            EC2.for_spec(&spec, "c-1", Some(&many.join(","))),
+            Err(ProviderError::InvalidSpec(m)) if m.contains("51 tags") && m.contains("5 of them")
         ));
+        assert!(
+            EC2.for_spec(&spec, "", Some(&many.join(","))).is_ok(),
+            "without a cluster one more fits"
+        );
     }
 
     #[test]
@@ -296,10 +353,14 @@ mod tests {
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
         let spec = spec(&refs);
-        let tags = EC2.for_spec(&spec, Some("a=1")).unwrap();
+        let tags = EC2.for_spec(&spec, "c-1", Some("a=1")).unwrap();
         assert_eq!(tags.len(), EC2.max_tags);
-        assert_eq!(tags.last(), Some(&("l44", "v")));
-        assert_eq!(for_spec(&spec, Some("a=1")).unwrap().len(), 64, "no limit");
+        assert_eq!(tags.last(), Some(&("l43", "v")));
+        assert_eq!(
+            for_spec(&spec, "c-1", Some("a=1")).unwrap().len(),
+            65,
+            "no limit"
+        );
     }
 
     #[test]
