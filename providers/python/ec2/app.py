@@ -4,11 +4,13 @@ The same contract as the Rust `ec2` provider, with less: no `update`, `start`, `
 parameters. Settings: `region` (required), `endpoint` (default
 `https://ec2.<region>.amazonaws.com`), `stsEndpoint` (for `location`; default `endpoint`,
 else `https://sts.<region>.amazonaws.com`), `instanceType` (default: the smallest type of
-the table below with enough vCPUs and memory). Secret: see `aws.py`. `spec.image` is an AMI id.
+the table below with enough vCPUs and memory), `listPageSize` (instances per `list` page,
+5..=1000, default 1000). Secret: see `aws.py`. `spec.image` is an AMI id.
 
 Idempotency: instances carry the VM's uid in tag `vmop.dev/uid`; `create` returns a live
 instance with that tag if there is one (moto ignores `ClientToken`), and sends the uid as
-`ClientToken` for real EC2.
+`ClientToken` for real EC2. They also carry the call's cluster in `vmop.dev/cluster`, which
+`list` filters `DescribeInstances` by (EC2's `NextToken` is the cursor).
 """
 
 import base64
@@ -17,10 +19,12 @@ from wit_world import exports
 
 import aws
 from vmop_provider import (
-    WIT_VERSION, Config, Phase, PluginInfo, invalid_spec, log, permanent, transient, vm_status,
+    WIT_VERSION, Config, Phase, PluginInfo, invalid_spec, listed, log, page, permanent, rfc3339_ms,
+    tags, transient, vm_status,
 )
+from vmop_provider.bounds import MAX_PAGE_MACHINES
 
-TAG_UID = "vmop.dev/uid"
+TAG_UID = tags.TAG_UID
 LIVE_STATES = ("pending", "running", "stopping", "stopped")
 PHASES = {"pending": Phase.PROVISIONING, "running": Phase.RUNNING, "stopping": Phase.STOPPED,
           "stopped": Phase.STOPPED}
@@ -44,19 +48,20 @@ def instances(root):
                 yield aws.child_text(item, "instanceId") or "", state, item
 
 
-def owner(item):
-    """The `vmop.dev/uid` tag of an instance item: the VM that owns it, if any."""
+def tag(item, key):
+    """The value of tag `key` of an instance item, if it has one."""
     for tag_set in (e for e in item if aws.local(e) == "tagSet"):
-        for tag in tag_set:
-            if aws.child_text(tag, "key") == TAG_UID:
-                return aws.child_text(tag, "value")
+        for entry in tag_set:
+            if aws.child_text(entry, "key") == key:
+                return aws.child_text(entry, "value")
     return None
 
 
 def status(instance_id, state, item):
+    """The instance as `get` answers it; `owner` is its `vmop.dev/uid` tag."""
     addresses = [aws.child_text(item, n) for n in ("ipAddress", "privateIpAddress", "dnsName", "privateDnsName")]
     return vm_status(instance_id, PHASES.get(state, Phase.UNKNOWN), [a for a in addresses if a],
-                     owner=owner(item))
+                     owner=tag(item, TAG_UID))
 
 
 def live(found):
@@ -92,21 +97,33 @@ def instance_type(config, spec):
 
 
 def launch_params(config, spec, token):
-    tags = [("Name", spec.name), ("vmop.dev/namespace", spec.namespace), ("vmop.dev/name", spec.name),
-            (TAG_UID, spec.uid)]
-    tags += [(k, v) for k, v in spec.labels if not k.lower().startswith("aws:") and len(k) <= 128][: 50 - len(tags)]
+    marks = [("Name", spec.name)] + tags.with_labels(spec, config.cluster, reserved=("Name",))
+    fixed = 5 if config.cluster else 4
+    labels = [(k, v) for k, v in marks[fixed:] if not k.lower().startswith("aws:") and len(k) <= 128]
+    marks = (marks[:fixed] + labels)[:50]
     params = [("ImageId", spec.image), ("InstanceType", instance_type(config, spec)), ("MinCount", 1),
               ("MaxCount", 1), ("ClientToken", token), ("TagSpecification.1.ResourceType", "instance")]
-    for i, (key, value) in enumerate(tags, 1):
+    for i, (key, value) in enumerate(marks, 1):
         params += [(f"TagSpecification.1.Tag.{i}.Key", key), (f"TagSpecification.1.Tag.{i}.Value", value)]
     if spec.user_data is not None:
         params.append(("UserData", base64.b64encode(spec.user_data.encode()).decode()))
     return params
 
 
+def list_params(config, cursor):
+    """`DescribeInstances` for one page of the cluster's live instances."""
+    params = [("Filter.1.Name", f"tag:{tags.TAG_CLUSTER}"), ("Filter.1.Value.1", config.require_cluster()),
+              ("Filter.2.Name", "instance-state-name")]
+    params += [(f"Filter.2.Value.{i}", s) for i, s in enumerate(LIVE_STATES, 1)]
+    params.append(("MaxResults", config.page_size("listPageSize", 5, MAX_PAGE_MACHINES)))
+    if cursor is not None:
+        params.append(("NextToken", cursor))
+    return params
+
+
 class Provider(exports.Provider):
     def info(self):
-        return PluginInfo("ec2-py", "0.1.0", WIT_VERSION, ["user-data"], [])
+        return PluginInfo("ec2-py", "0.1.0", WIT_VERSION, ["user-data", "list"], [])
 
     def location(self, config):
         config = Config(config)
@@ -158,6 +175,15 @@ class Provider(exports.Provider):
         except aws.CallError as e:
             if not missing(e):
                 raise e.error()
+
+    def list(self, config, cursor):
+        """The cluster's live instances, each as `get` answers it, `launchTime` as the creation
+        time."""
+        config = Config(config)
+        root = call(ec2(config), "DescribeInstances", list_params(config, cursor))
+        found = [listed(lambda: status(n, s, i), tag(i, tags.TAG_CLUSTER), rfc3339_ms(aws.child_text(i, "launchTime")))
+                 for n, s, i in instances(root) if n and s in LIVE_STATES]
+        return page(found, aws.child_text(root, "nextToken"))
 
     def update(self, config, id, spec):
         raise permanent("update is not supported by this provider")

@@ -1,8 +1,10 @@
 """vmop provider plugin for the testcloud, in Python (componentize-py, world `plugin-http`):
 the same contract as the Rust `testcloud` provider, on the helper package `vmop_provider`.
 
-Settings: `endpoint` (required, in `allowedHosts`). Secret: optional `token`, sent as a
-bearer token. Machines carry the VM's uid in tag `vmop.dev/uid` and are found by it.
+Settings: `endpoint` (required, in `allowedHosts`), `listPageSize` (machines per `list` page,
+1..=1000, default 1000). Secret: optional `token`, sent as a bearer token. Machines carry the
+VM's uid in tag `vmop.dev/uid` and are found by it, and the call's cluster in
+`vmop.dev/cluster`, which `list` pages through (`GET /v1/machines?cluster=&limit=&after=`).
 """
 
 import json
@@ -11,7 +13,8 @@ from urllib.parse import quote
 from wit_world import exports
 
 from vmop_provider import WIT_VERSION, Config, Phase, PluginInfo, error_for_status, request
-from vmop_provider import permanent, transient, vm_status
+from vmop_provider import listed, page, permanent, tags, transient, vm_status
+from vmop_provider.bounds import MAX_PAGE_MACHINES
 
 PHASES = {"running": Phase.RUNNING, "stopped": Phase.STOPPED}
 
@@ -40,7 +43,7 @@ def call(config, method, path, body=None, missing_ok=False):
 
 def status(machine):
     return vm_status(machine["id"], PHASES.get(machine.get("state"), Phase.UNKNOWN),
-                     machine.get("addresses", []), owner=machine.get("tags", {}).get("vmop.dev/uid"))
+                     machine.get("addresses", []), owner=machine.get("tags", {}).get(tags.TAG_UID))
 
 
 def machine(id):
@@ -50,7 +53,7 @@ def machine(id):
 class Provider(exports.Provider):
     def info(self):
         # The testcloud answers a machine by id as soon as it is created: consistent-get.
-        capabilities = ["user-data", "power", "consistent-get"]
+        capabilities = ["user-data", "power", "consistent-get", "list"]
         return PluginInfo("testcloud-py", "0.1.0", WIT_VERSION, capabilities, [])
 
     def location(self, config):
@@ -64,10 +67,9 @@ class Provider(exports.Provider):
         existing = self.find(config, spec.uid)
         if existing is not None:
             return existing
-        tags = {"vmop.dev/namespace": spec.namespace, "vmop.dev/name": spec.name,
-                "vmop.dev/uid": spec.uid}
+        marks = dict(tags.with_labels(spec, Config(config).cluster))
         body = {"uid": spec.uid, "image": spec.image, "cpu": spec.cpu, "memoryMib": spec.memory_mib,
-                "userData": spec.user_data, "tags": {**dict(spec.labels), **tags}}
+                "userData": spec.user_data, "tags": marks}
         return status(call(config, "POST", "/v1/machines", body))
 
     def get(self, config, id):
@@ -82,6 +84,19 @@ class Provider(exports.Provider):
 
     def stop(self, config, id):
         call(config, "POST", machine(id) + "/stop")
+
+    def list(self, config, cursor):
+        """The machines tagged with the call's cluster, in the cloud's id order."""
+        settings = Config(config)
+        cluster = quote(settings.require_cluster(), safe="")
+        limit = settings.page_size("listPageSize", 1, MAX_PAGE_MACHINES)
+        path = f"/v1/machines?cluster={cluster}&limit={limit}"
+        if cursor is not None:
+            path += f"&after={quote(cursor, safe='')}"
+        answer = call(config, "GET", path)
+        found = [listed(lambda: status(m), m.get("tags", {}).get(tags.TAG_CLUSTER), m.get("createdAtMs"))
+                 for m in answer["machines"]]
+        return page(found, answer.get("next"))
 
     def update(self, config, id, spec):
         raise permanent("update is not supported by this provider")
