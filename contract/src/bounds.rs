@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use crate::types::{PluginInfo, ProviderError, VmStatus};
+use crate::types::{Page, PluginInfo, ProviderError, VmStatus};
 
 // The one table of the bounds, for the host (which checks answers against it) and the provider
 // SDK (which keeps answers within it). `wit/provider.wit` states the same numbers in its
@@ -42,6 +42,12 @@ pub const MAX_INFO_FIELD: usize = 64;
 pub const MAX_CAPABILITIES: usize = 32;
 /// Entries of `plugin-info.parameters`.
 pub const MAX_PARAMETERS: usize = 64;
+/// Entries of one `list` page (EC2's largest DescribeInstances page).
+pub const MAX_PAGE_MACHINES: usize = 1000;
+/// `page.next`, in bytes; never empty when present (EC2's NextToken runs to about 1,500).
+pub const MAX_CURSOR: usize = 4096;
+/// `listed-machine.cluster`, in bytes; never empty when present.
+pub const MAX_CLUSTER: usize = 256;
 
 /// Which bound a plugin answer broke.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -135,6 +141,21 @@ pub fn result<T>(
         Ok(v) => ok(v),
         Err(e) => error(e),
     }
+}
+
+/// A `list` page: at most [`MAX_PAGE_MACHINES`] machines, each a bounded status.
+pub fn page(p: &Page) -> Result<(), Violation> {
+    count("page.machines", &p.machines, MAX_PAGE_MACHINES)?;
+    for m in &p.machines {
+        status(&m.status)?;
+        if let Some(c) = &m.cluster {
+            non_empty("listed-machine.cluster", c, MAX_CLUSTER)?;
+        }
+    }
+    if let Some(next) = &p.next {
+        non_empty("page.next", next, MAX_CURSOR)?;
+    }
+    Ok(())
 }
 
 pub fn location(l: &str) -> Result<(), Violation> {

@@ -12,6 +12,9 @@ pub struct ProviderSettings {
     pub settings: BTreeMap<String, String>,
     /// Never logged: `Debug` prints only the keys.
     pub secrets: BTreeMap<String, String>,
+    /// This cluster's identity (`provider-config.cluster`): the mark `create` puts on machines
+    /// and `list` filters by. Empty only where no cluster is involved (the CLI's one-off calls).
+    pub cluster: String,
 }
 
 impl std::fmt::Debug for ProviderSettings {
@@ -19,6 +22,7 @@ impl std::fmt::Debug for ProviderSettings {
         f.debug_struct("ProviderSettings")
             .field("settings", &self.settings)
             .field("secrets", &self.secrets.keys().collect::<Vec<_>>())
+            .field("cluster", &self.cluster)
             .finish()
     }
 }
@@ -83,6 +87,23 @@ impl VmStatus {
     pub fn owned_by_other(&self, uid: &str) -> bool {
         self.owner.as_deref().is_some_and(|o| o != uid)
     }
+}
+
+/// One machine of a `list` page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedMachine {
+    pub status: VmStatus,
+    /// The cluster mark the machine carries.
+    pub cluster: Option<String>,
+    /// When the cloud made it, in milliseconds since the Unix epoch, where the cloud says.
+    pub created_at_ms: Option<u64>,
+}
+
+/// One page of `list`: its machines and the cursor of the next page (`None` on the last).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Page {
+    pub machines: Vec<ListedMachine>,
+    pub next: Option<String>,
 }
 
 /// What a plugin's `info()` returned.
@@ -171,10 +192,11 @@ pub enum Operation {
     Start,
     Stop,
     Delete,
+    List,
 }
 
 impl Operation {
-    pub const ALL: [Operation; 9] = [
+    pub const ALL: [Operation; 10] = [
         Operation::Info,
         Operation::Location,
         Operation::Find,
@@ -184,6 +206,7 @@ impl Operation {
         Operation::Start,
         Operation::Stop,
         Operation::Delete,
+        Operation::List,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -197,6 +220,7 @@ impl Operation {
             Operation::Start => "start",
             Operation::Stop => "stop",
             Operation::Delete => "delete",
+            Operation::List => "list",
         }
     }
 

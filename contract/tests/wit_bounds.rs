@@ -9,8 +9,9 @@ use std::fs;
 use std::path::PathBuf;
 
 use vmop_contract::bounds::{
-    MAX_ADDRESS, MAX_ADDRESSES, MAX_CAPABILITIES, MAX_ID, MAX_INFO_FIELD, MAX_LOCATION,
-    MAX_MESSAGE, MAX_OWNER, MAX_PARAMETERS, MAX_RETRY_AFTER, MAX_RETRY_AFTER_MS,
+    MAX_ADDRESS, MAX_ADDRESSES, MAX_CAPABILITIES, MAX_CLUSTER, MAX_CURSOR, MAX_ID, MAX_INFO_FIELD,
+    MAX_LOCATION, MAX_MESSAGE, MAX_OWNER, MAX_PAGE_MACHINES, MAX_PARAMETERS, MAX_RETRY_AFTER,
+    MAX_RETRY_AFTER_MS,
 };
 
 const MS_PER_HOUR: u64 = 3_600_000;
@@ -98,6 +99,15 @@ fn expected_table() -> Vec<(String, String)> {
                 "{MAX_PARAMETERS} entries: name 1..={MAX_INFO_FIELD}, description ≤{MAX_MESSAGE}"
             ),
         ),
+        (
+            "`page.machines`",
+            format!(
+                "{} entries",
+                grouped(u64::try_from(MAX_PAGE_MACHINES).unwrap_or(u64::MAX))
+            ),
+        ),
+        ("`page.next`", format!("1..={MAX_CURSOR}")),
+        ("`listed-machine.cluster`", format!("1..={MAX_CLUSTER}")),
     ]
     .into_iter()
     .map(|(what, bound)| (what.to_owned(), bound))
@@ -168,6 +178,9 @@ fn the_python_helper_states_the_contracts_bounds() {
         ("MAX_INFO_FIELD", widen(MAX_INFO_FIELD)),
         ("MAX_CAPABILITIES", widen(MAX_CAPABILITIES)),
         ("MAX_PARAMETERS", widen(MAX_PARAMETERS)),
+        ("MAX_PAGE_MACHINES", widen(MAX_PAGE_MACHINES)),
+        ("MAX_CURSOR", widen(MAX_CURSOR)),
+        ("MAX_CLUSTER", widen(MAX_CLUSTER)),
     ]
     .into_iter()
     .map(|(name, value)| (name.to_owned(), value))

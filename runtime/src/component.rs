@@ -7,11 +7,11 @@ use std::sync::Arc;
 use wasmtime::component::Component;
 
 use super::bindings;
+use super::bindings::Contract;
 use super::engine::PluginEngine;
 use super::exports::{self, Export};
 use super::sandbox::{self, CallContext, CallError};
-use super::state::State;
-use super::types::{PluginInfo, UpdateOutcome, VmSpec, VmStatus};
+use super::types::{Page, PluginInfo, UpdateOutcome, VmSpec, VmStatus};
 
 /// The interface a plugin exports, without its version.
 const PROVIDER_EXPORT: &str = "vmop:provider/provider@";
@@ -33,7 +33,7 @@ pub struct Plugin {
     digest: String,
     info: PluginInfo,
     imports: Vec<String>,
-    pre: bindings::PluginPre<State>,
+    pre: bindings::Pre,
     engine: Arc<PluginEngine>,
 }
 
@@ -47,16 +47,17 @@ impl fmt::Debug for Plugin {
 }
 
 impl Plugin {
-    /// Links `component` against the host (failing if it imports anything the host does not
-    /// provide) and asks it for its `info()`.
+    /// Links `component` against the host for `contract` (failing if it imports anything the
+    /// host does not provide, or does not export that contract) and asks it for its `info()`.
     pub(crate) async fn prepare(
         engine: Arc<PluginEngine>,
         component: &Component,
+        contract: Contract,
         digest: String,
         info_ctx: &CallContext,
     ) -> Result<Result<Self, CallError>, wasmtime::Error> {
         let instance_pre = engine.linker().instantiate_pre(component)?;
-        let pre = bindings::PluginPre::new(instance_pre)?;
+        let pre = bindings::Pre::new(contract, instance_pre)?;
         let imports = component
             .component_type()
             .imports(engine.engine())
@@ -83,6 +84,11 @@ impl Plugin {
     /// What `info()` returned when the plugin was loaded.
     pub fn info(&self) -> &PluginInfo {
         &self.info
+    }
+
+    /// The contract version the plugin was built against (0.2 plugins cannot `list`).
+    pub fn contract(&self) -> Contract {
+        self.pre.contract()
     }
 
     /// The component's imports (interface names), as declared in its type.
@@ -163,5 +169,11 @@ impl Plugin {
 
     pub async fn delete(&self, ctx: &CallContext, id: &str) -> Result<(), CallError> {
         self.call(ctx, exports::Delete { id: id.to_owned() }).await
+    }
+
+    /// One page of `list` (capability `list`): `cursor` is `None` for the first page.
+    pub async fn list(&self, ctx: &CallContext, cursor: Option<&str>) -> Result<Page, CallError> {
+        let cursor = cursor.map(str::to_owned);
+        self.call(ctx, exports::List { cursor }).await
     }
 }

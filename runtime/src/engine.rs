@@ -43,7 +43,7 @@ use std::thread;
 use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use wasmtime::component::{HasSelf, Linker};
+use wasmtime::component::Linker;
 use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use super::bindings;
@@ -250,7 +250,7 @@ fn linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
     let mut linker = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
     wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
-    bindings::Plugin::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s)?;
+    bindings::add_to_linker(&mut linker)?;
     Ok(linker)
 }
 

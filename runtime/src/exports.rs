@@ -11,24 +11,26 @@ use std::future::Future;
 
 use wasmtime::Store;
 
-use crate::bindings::{ProviderConfig, WitVmSpec, wit_provider};
+use crate::bindings::Provider;
 use crate::bounds::{self, Violation};
 use crate::redact::Redactor;
 use crate::state::State;
-use crate::types::{Operation, PluginInfo, ProviderError, UpdateOutcome, VmSpec, VmStatus};
+use crate::types::{
+    Operation, Page, PluginInfo, ProviderError, ProviderSettings, UpdateOutcome, VmSpec, VmStatus,
+};
 
 /// An instance of the plugin, ready for one export call. Only the sandbox makes one.
 pub struct Guest<'a> {
-    guest: &'a wit_provider::Guest,
+    guest: &'a Provider,
     store: &'a mut Store<State>,
-    config: &'a ProviderConfig,
+    config: &'a ProviderSettings,
 }
 
 impl<'a> Guest<'a> {
     pub(crate) fn new(
-        guest: &'a wit_provider::Guest,
+        guest: &'a Provider,
         store: &'a mut Store<State>,
-        config: &'a ProviderConfig,
+        config: &'a ProviderSettings,
     ) -> Self {
         Guest {
             guest,
@@ -107,6 +109,26 @@ impl Answer for VmStatus {
     }
 }
 
+impl Answer for Page {
+    fn check(&self) -> Result<(), Violation> {
+        bounds::page(self)
+    }
+
+    fn redact(self, redactor: &Redactor) -> Self {
+        Page {
+            machines: self
+                .machines
+                .into_iter()
+                .map(|m| crate::types::ListedMachine {
+                    status: redactor.status(m.status),
+                    ..m
+                })
+                .collect(),
+            next: self.next,
+        }
+    }
+}
+
 impl<T: Answer> Answer for Option<T> {
     fn check(&self) -> Result<(), Violation> {
         self.as_ref().map_or(Ok(()), T::check)
@@ -145,7 +167,7 @@ impl Export for Info {
     const OP: Operation = Operation::Info;
 
     async fn invoke<'a>(self, g: Guest<'a>) -> wasmtime::Result<Result<PluginInfo, ProviderError>> {
-        Ok(Ok(g.guest.call_info(g.store).await?.into()))
+        Ok(Ok(g.guest.info(g.store).await?))
     }
 }
 
@@ -160,8 +182,7 @@ impl Export for Location {
     const OP: Operation = Operation::Location;
 
     async fn invoke<'a>(self, g: Guest<'a>) -> wasmtime::Result<Result<String, ProviderError>> {
-        let result = g.guest.call_location(g.store, g.config).await?;
-        Ok(result.map_err(Into::into))
+        g.guest.location(g.store, g.config).await
     }
 }
 
@@ -181,8 +202,7 @@ impl Export for Find {
         self,
         g: Guest<'a>,
     ) -> wasmtime::Result<Result<Option<VmStatus>, ProviderError>> {
-        let result = g.guest.call_find(g.store, g.config, &self.uid).await?;
-        Ok(result.map(|s| s.map(Into::into)).map_err(Into::into))
+        g.guest.find(g.store, g.config, &self.uid).await
     }
 }
 
@@ -199,9 +219,7 @@ impl Export for Create {
     const OP: Operation = Operation::Create;
 
     async fn invoke<'a>(self, g: Guest<'a>) -> wasmtime::Result<Result<VmStatus, ProviderError>> {
-        let spec = WitVmSpec::from(&self.spec);
-        let result = g.guest.call_create(g.store, g.config, &spec).await?;
-        Ok(result.map(Into::into).map_err(Into::into))
+        g.guest.create(g.store, g.config, &self.spec).await
     }
 }
 
@@ -221,8 +239,7 @@ impl Export for Get {
         self,
         g: Guest<'a>,
     ) -> wasmtime::Result<Result<Option<VmStatus>, ProviderError>> {
-        let result = g.guest.call_get(g.store, g.config, &self.id).await?;
-        Ok(result.map(|s| s.map(Into::into)).map_err(Into::into))
+        g.guest.get(g.store, g.config, &self.id).await
     }
 }
 
@@ -243,12 +260,29 @@ impl Export for Update {
         self,
         g: Guest<'a>,
     ) -> wasmtime::Result<Result<UpdateOutcome, ProviderError>> {
-        let spec = WitVmSpec::from(&self.spec);
-        let result = g
-            .guest
-            .call_update(g.store, g.config, &self.id, &spec)
-            .await?;
-        Ok(result.map(Into::into).map_err(Into::into))
+        g.guest
+            .update(g.store, g.config, &self.id, &self.spec)
+            .await
+    }
+}
+
+/// `list(config, cursor)`: one page of the config's machines (capability `list`, contract 0.3).
+#[derive(Debug, Clone)]
+pub struct List {
+    /// `None` for the first page, then the previous page's `next`.
+    pub cursor: Option<String>,
+}
+
+impl sealed::Sealed for List {}
+
+impl Export for List {
+    type Answer = Page;
+    const OP: Operation = Operation::List;
+
+    async fn invoke<'a>(self, g: Guest<'a>) -> wasmtime::Result<Result<Page, ProviderError>> {
+        g.guest
+            .list(g.store, g.config, self.cursor.as_deref())
+            .await
     }
 }
 
@@ -268,8 +302,7 @@ macro_rules! on_id_export {
             const OP: Operation = $op;
 
             async fn invoke<'a>(self, g: Guest<'a>) -> wasmtime::Result<Result<(), ProviderError>> {
-                let result = g.guest.$call(g.store, g.config, &self.id).await?;
-                Ok(result.map_err(Into::into))
+                g.guest.$call(g.store, g.config, &self.id).await
             }
 
         }
@@ -280,17 +313,17 @@ on_id_export!(
     /// `start(config, id)`: power a stopped machine on.
     Start,
     Operation::Start,
-    call_start
+    start
 );
 on_id_export!(
     /// `stop(config, id)`: power a machine off, keeping it.
     Stop,
     Operation::Stop,
-    call_stop
+    stop
 );
 on_id_export!(
     /// `delete(config, id)`: remove the machine.
     Delete,
     Operation::Delete,
-    call_delete
+    delete
 );

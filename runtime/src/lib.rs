@@ -28,7 +28,7 @@ pub mod sandbox;
 pub mod signing;
 mod state;
 
-pub use bindings::WIT_VERSION;
+pub use bindings::{Contract, WIT_VERSION};
 pub use component::Plugin;
 pub use egress::{Connections, EgressParseError, EgressPolicy, Resolve, StaticResolver};
 pub use engine::{EngineConfig, EngineError, PluginEngine};

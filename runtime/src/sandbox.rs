@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use wasmtime::{Store, Trap, UpdateDeadline};
 
-use super::bindings::{self, ProviderConfig};
+use super::bindings;
 use super::bounds::{self, Violation};
 use super::egress::{EgressHooks, EgressPolicy, NetTrace};
 use super::engine::{PluginEngine, WasmError};
@@ -157,7 +157,7 @@ struct DeadlineReached;
 /// Runs `export` in a fresh Store. See the module docs for what is guaranteed.
 pub(crate) async fn call<E: Export>(
     engine: &PluginEngine,
-    pre: &bindings::PluginPre<State>,
+    pre: &bindings::Pre,
     ctx: &CallContext,
     export: E,
 ) -> Result<E::Answer, CallError> {
@@ -168,7 +168,7 @@ pub(crate) async fn call<E: Export>(
 /// (`false` is a proof that nothing was sent: see [`NetTrace`]).
 pub(crate) async fn call_traced<E: Export>(
     engine: &PluginEngine,
-    pre: &bindings::PluginPre<State>,
+    pre: &bindings::Pre,
     ctx: &CallContext,
     export: E,
 ) -> (Result<E::Answer, CallError>, bool) {
@@ -208,11 +208,11 @@ pub(crate) async fn call_traced<E: Export>(
                 Ok(UpdateDeadline::Yield(1))
             }
         });
-        let result = match pre.instantiate_async(&mut store).await {
+        let result = match pre.instantiate(&mut store).await {
             Ok(plugin) => {
-                let config = ProviderConfig::from(&ctx.settings);
-                let guest = Guest::new(plugin.vmop_provider_provider(), &mut store, &config);
-                export.invoke(guest).await
+                export
+                    .invoke(Guest::new(&plugin, &mut store, &ctx.settings))
+                    .await
             }
             // A memory cap or deadline hit while the guest initialises is still the guest's.
             Err(e) if !store.data().limiter.hit && !e.is::<DeadlineReached>() => {

@@ -18,7 +18,6 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
-use super::bindings::{self, wit_log};
 use super::egress::EgressHooks;
 use vmop_contract::text::cut;
 
@@ -110,14 +109,6 @@ impl WasiHttpView for State {
     }
 }
 
-impl bindings::vmop::provider::types::Host for State {}
-
-impl wit_log::Host for State {
-    fn log(&mut self, level: wit_log::Level, message: String) {
-        self.log.write(level, &message);
-    }
-}
-
 /// The `log` import: lines go to `tracing` tagged with the ProviderConfig's name, at most
 /// [`MAX_LOG_LINES`] per call, each cut at [`MAX_LOG_LINE_BYTES`].
 #[derive(Debug)]
@@ -138,7 +129,8 @@ impl LogSink {
         }
     }
 
-    fn write(&mut self, level: wit_log::Level, message: &str) {
+    /// One `log` line of the plugin's (each contract version's `log` import ends here).
+    pub(crate) fn write(&mut self, level: tracing::Level, message: &str) {
         if self.lines >= MAX_LOG_LINES {
             self.dropped = self.dropped.saturating_add(1);
             return;
@@ -146,12 +138,16 @@ impl LogSink {
         self.lines += 1;
         let message = self.line(message);
         let provider = self.label.as_str();
-        match level {
-            wit_log::Level::Trace => tracing::trace!(provider, "{message}"),
-            wit_log::Level::Debug => tracing::debug!(provider, "{message}"),
-            wit_log::Level::Info => tracing::info!(provider, "{message}"),
-            wit_log::Level::Warn => tracing::warn!(provider, "{message}"),
-            wit_log::Level::Error => tracing::error!(provider, "{message}"),
+        if level == tracing::Level::ERROR {
+            tracing::error!(provider, "{message}");
+        } else if level == tracing::Level::WARN {
+            tracing::warn!(provider, "{message}");
+        } else if level == tracing::Level::INFO {
+            tracing::info!(provider, "{message}");
+        } else if level == tracing::Level::DEBUG {
+            tracing::debug!(provider, "{message}");
+        } else {
+            tracing::trace!(provider, "{message}");
         }
     }
 }

@@ -86,6 +86,23 @@ pub struct ProviderConfigSpec {
     /// Bounds on every plugin call made for this ProviderConfig.
     #[serde(default)]
     pub limits: Limits,
+
+    /// What to do with orphans: machines in this ProviderConfig's account that carry this
+    /// cluster's mark and the uid of a VirtualMachine that no longer exists (found by plugins
+    /// with capability `list`). `Report` (default) counts them in `status.orphans`, the metric
+    /// `vmop_orphans` and an Event; `Delete` also deletes each one seen in two listings in a row
+    /// and made longer ago than the creation grace period. Another cluster's machines, and
+    /// machines without vmop's marks, are never touched.
+    #[serde(default)]
+    pub orphan_policy: OrphanPolicy,
+}
+
+/// `spec.orphanPolicy`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum OrphanPolicy {
+    #[default]
+    Report,
+    Delete,
 }
 
 /// How the credentials Secret is used (see `spec.credentials`).
@@ -250,6 +267,12 @@ pub struct ProviderConfigStatus {
     #[serde(default)]
     #[schemars(transform = super::int32)]
     pub vm_count: u32,
+
+    /// Machines the last complete listing of the cloud found with this cluster's mark and no
+    /// VirtualMachine (plugins with capability `list` only; see `spec.orphanPolicy`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = super::int32)]
+    pub orphans: Option<u32>,
 }
 
 /// The loaded plugin.

@@ -22,6 +22,10 @@ pub struct ConformanceArgs {
     /// A `spec.config` entry handed to the plugin (repeatable).
     #[arg(long = "config", value_name = "KEY=VALUE", value_parser = parse_key_value)]
     config: Vec<(String, String)>,
+    /// The cluster mark of the machines the suite makes (`provider-config.cluster`); the
+    /// `list` checks see only machines that carry it.
+    #[arg(long, default_value = "vmop-conformance")]
+    cluster_id: String,
     /// The credentials, as a YAML or JSON mapping of key to value (a Secret's `stringData`);
     /// never printed. Check `refused-credential` falsifies them.
     #[arg(long, value_name = "FILE")]
@@ -60,6 +64,7 @@ pub async fn run(args: ConformanceArgs, out: &mut (dyn Write + Send)) -> anyhow:
         settings: ProviderSettings {
             settings: args.config.into_iter().collect(),
             secrets,
+            cluster: args.cluster_id.clone(),
         },
         egress: EgressPolicy::parse(&args.allow_host)?,
         limits: CallLimits {

@@ -93,6 +93,27 @@ pub async fn kube_client() -> anyhow::Result<kube::Client> {
     kube::Client::try_from(config).context("failed to build a Kubernetes client")
 }
 
+/// This cluster's identity, the mark on every machine vmop makes (`provider-config.cluster`):
+/// `flag` when given, else the uid of the `kube-system` namespace, which lives as long as the
+/// cluster and differs between clusters (the convention of other cluster-identifying tools).
+pub async fn cluster_id(client: &kube::Client, flag: Option<&str>) -> anyhow::Result<String> {
+    if let Some(id) = flag {
+        return Ok(id.to_owned());
+    }
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+        kube::Api::all(client.clone());
+    namespaces
+        .get("kube-system")
+        .await
+        .context(
+            "failed to read the uid of namespace kube-system (this cluster's identity): \
+             grant `get` on it or set --cluster-id",
+        )?
+        .metadata
+        .uid
+        .context("namespace kube-system has no uid")
+}
+
 #[cfg(test)]
 mod tests {
     use clap::CommandFactory;

@@ -44,6 +44,10 @@ pub struct PlanArgs {
     /// The operator's namespace, where the credentials Secrets live.
     #[arg(long, env = "POD_NAMESPACE")]
     operator_namespace: Option<String>,
+    /// This cluster's identity, as the operator's `--cluster-id` (default: the uid of
+    /// namespace `kube-system`).
+    #[arg(long, env = "VMOP_CLUSTER_ID")]
+    cluster_id: Option<String>,
 }
 
 /// The plan found changes: `main` exits with 2.
@@ -89,6 +93,7 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
         limiters: Limiters::default(),
         connections: Connections::default(),
         operator_namespace,
+        cluster_id: super::cluster_id(&client, args.cluster_id.as_deref()).await?,
     };
     let cluster = {
         let api: Api<VirtualMachine> = match &args.namespace {

@@ -54,6 +54,10 @@ pub struct CallArgs {
     /// A `spec.config` entry handed to the plugin (repeatable).
     #[arg(long = "config", value_name = "KEY=VALUE", value_parser = parse_key_value)]
     config: Vec<(String, String)>,
+    /// The cluster mark handed to the plugin (`provider-config.cluster`): what `create` marks
+    /// and `list` lists. Use the operator's to see its machines.
+    #[arg(long, default_value = "vmop-cli")]
+    cluster_id: String,
     /// The credentials Secret's keys: a YAML or JSON map of strings in file F, or `-` for
     /// standard input. Never printed; redacted from everything the plugin says.
     #[arg(long = "secrets-file", value_name = "F")]
@@ -155,6 +159,7 @@ async fn call(args: CallArgs, out: &mut (dyn Write + Send)) -> anyhow::Result<()
             allowed_hosts: args.allow_host.clone(),
             allow_private_networks: args.allow_private_networks,
             limits: Limits::default(),
+            orphan_policy: Default::default(),
         },
     );
     let egress =
@@ -162,7 +167,11 @@ async fn call(args: CallArgs, out: &mut (dyn Write + Send)) -> anyhow::Result<()
     let (secrets, egress) = apply_credentials(&config, secret, egress)?;
     let redactor = egress.redactor().clone();
     let ctx = CallContext {
-        settings: ProviderSettings { settings, secrets },
+        settings: ProviderSettings {
+            settings,
+            secrets,
+            cluster: args.cluster_id.clone(),
+        },
         egress,
         limits,
         label: "vmop-plugin-call".to_string(),

@@ -40,6 +40,19 @@ pub struct RunArgs {
     #[arg(long, env = "POD_NAMESPACE")]
     pub operator_namespace: Option<String>,
 
+    /// This cluster's identity, marked on every machine vmop makes so that a listing of the
+    /// cloud tells this cluster's machines from another's (default: the uid of namespace
+    /// `kube-system`). Every replica must use the same value; changing it makes the machines
+    /// already made look like another cluster's (never this one's orphans).
+    #[arg(long, env = "VMOP_CLUSTER_ID", value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    pub cluster_id: Option<String>,
+
+    /// `auto`: keep one listing of the cloud per ProviderConfig whose plugin can `list`
+    /// (contract 0.3), refreshed every resync period, from which drift checks read their
+    /// machine and orphans are found; `off`: one `get` per VM per period, and no orphan report.
+    #[arg(long, env = "VMOP_CLOUD_VIEW", value_enum, default_value_t = CloudView::Auto)]
+    pub cloud_view: CloudView,
+
     /// Reconciles running at once, per resource kind (0: unbounded). The same object is never
     /// reconciled twice at once.
     #[arg(long, env = "VMOP_MAX_CONCURRENT_RECONCILES", default_value_t = 16)]
@@ -103,6 +116,13 @@ pub struct RunArgs {
     pub shards: u32,
 }
 
+/// `--cloud-view`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CloudView {
+    Auto,
+    Off,
+}
+
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let client = super::kube_client().await?;
     let operator_namespace = args
@@ -145,6 +165,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let watcher = registry.watch(args.plugin_poll_interval);
 
     let mut options = Options::new(operator_namespace.clone());
+    options.cluster_id = super::cluster_id(&client, args.cluster_id.as_deref()).await?;
+    options.cloud_view = args.cloud_view == CloudView::Auto;
     options.resync_period = args.resync_period;
     options.poll_interval = args.poll_interval;
     options.min_poll_interval = args.min_poll_interval;

@@ -9,6 +9,7 @@ use kube::runtime::reflector::ObjectRef;
 use crate::api::{ProviderConfig, VirtualMachine};
 use crate::controller::provider_config::Resolver;
 use crate::controller::provider_config::locations::Locations;
+use crate::controller::provider_config::view::CloudViews;
 use crate::controller::runtime::backoff::{BackoffConfig, Backoffs};
 use crate::controller::runtime::index::VmIndex;
 use crate::controller::vm::Attempts;
@@ -20,6 +21,10 @@ use crate::telemetry::metrics::Metrics;
 pub struct Options {
     /// The operator's namespace: the only one whose Secrets may be read.
     pub operator_namespace: String,
+    /// This cluster's identity (`provider-config.cluster`).
+    pub cluster_id: String,
+    /// Keep a cloud-side view per ProviderConfig whose plugin can `list` (`--cloud-view`).
+    pub cloud_view: bool,
     /// How often a healthy VM is re-checked with `get` (drift detection), jittered by 10%.
     pub resync_period: Duration,
     /// How often a VM that is making progress (provisioning, deleting) is re-checked.
@@ -37,6 +42,8 @@ impl Options {
     pub fn new(operator_namespace: impl Into<String>) -> Self {
         Options {
             operator_namespace: operator_namespace.into(),
+            cluster_id: String::new(),
+            cloud_view: true,
             resync_period: Duration::from_secs(300),
             poll_interval: Duration::from_secs(5),
             min_poll_interval: Duration::from_secs(10),
@@ -58,6 +65,8 @@ pub struct Context {
     /// What this process knows about create attempts (grace periods, never-created VMs).
     pub attempts: Attempts,
     pub locations: Locations,
+    /// Each ProviderConfig's last listing of its cloud.
+    pub views: CloudViews,
     pub pc_backoffs: Backoffs<ObjectRef<ProviderConfig>>,
     /// The shards this replica holds, when sharded; `None` reconciles everything.
     pub shards: Option<Arc<crate::leader::shards::Shards>>,

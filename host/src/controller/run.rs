@@ -172,6 +172,7 @@ fn context(
             limiters: Limiters::default(),
             connections: Connections::default(),
             operator_namespace: config.options.operator_namespace.clone(),
+            cluster_id: config.options.cluster_id.clone(),
         },
         events: EventSink::new(client.clone(), config.instance.clone()),
         metrics: config.metrics.clone(),
@@ -182,6 +183,7 @@ fn context(
         pc_backoffs: Backoffs::new(backoff),
         attempts: Attempts::new(),
         locations: Default::default(),
+        views: Default::default(),
         shards: held.clone(),
     })
 }

@@ -128,6 +128,8 @@ struct Inner {
     call_duration: HistogramFamily<CallLabels>,
     calls: Family<CallLabels, Counter>,
     call_budget: Family<ProviderConfigLabels, Gauge<f64, AtomicU64>>,
+    cloud_machines: Family<ProviderConfigLabels, Gauge>,
+    orphans: Family<ProviderConfigLabels, Gauge>,
     plugin_load: HistogramFamily<LoadLabels>,
     phases: Arc<PhaseCollector>,
 }
@@ -217,6 +219,18 @@ impl Metrics {
             "Plugin calls per second a ProviderConfig may make now: its requestsPerSecond, halved by each throttle answer of the cloud and climbing back without one",
             call_budget.clone(),
         );
+        let cloud_machines = Family::default();
+        registry.register(
+            "vmop_cloud_machines",
+            "Machines with this cluster's mark in the last complete listing of a ProviderConfig's cloud (plugins with capability list)",
+            cloud_machines.clone(),
+        );
+        let orphans = Family::default();
+        registry.register(
+            "vmop_orphans",
+            "Machines in the last complete listing of a ProviderConfig's cloud with this cluster's mark and no VirtualMachine",
+            orphans.clone(),
+        );
         let plugin_load: HistogramFamily<_> =
             Family::new_with_constructor(|| Histogram::new(LOAD_BUCKETS));
         registry.register_with_unit(
@@ -241,6 +255,8 @@ impl Metrics {
                 call_duration,
                 calls,
                 call_budget,
+                cloud_machines,
+                orphans,
                 plugin_load,
                 phases,
             }),
@@ -317,9 +333,28 @@ impl Metrics {
                 self.inner.call_duration.remove(&labels);
             }
         }
-        self.inner.call_budget.remove(&ProviderConfigLabels {
+        let labels = ProviderConfigLabels {
             provider_config: provider_config.to_owned(),
-        });
+        };
+        self.inner.call_budget.remove(&labels);
+        self.inner.cloud_machines.remove(&labels);
+        self.inner.orphans.remove(&labels);
+    }
+
+    /// Sets `vmop_cloud_machines` and `vmop_orphans` of a ProviderConfig from its last listing.
+    pub fn set_cloud_view(&self, provider_config: &str, machines: usize, orphans: usize) {
+        let labels = ProviderConfigLabels {
+            provider_config: provider_config.to_owned(),
+        };
+        let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        self.inner
+            .cloud_machines
+            .get_or_create(&labels)
+            .set(gauge(machines));
+        self.inner
+            .orphans
+            .get_or_create(&labels)
+            .set(gauge(orphans));
     }
 
     /// Sets `vmop_provider_call_budget` of a ProviderConfig (calls per second).

@@ -24,3 +24,9 @@ MAX_INFO_FIELD = 64
 MAX_CAPABILITIES = 32
 #: Entries of `plugin-info.parameters`.
 MAX_PARAMETERS = 64
+#: Entries of one `list` page.
+MAX_PAGE_MACHINES = 1000
+#: `page.next`: 1..=MAX_CURSOR when present.
+MAX_CURSOR = 4096
+#: `listed-machine.cluster`: 1..=MAX_CLUSTER when present.
+MAX_CLUSTER = 256

@@ -49,7 +49,9 @@ pub enum LoadError {
         #[source]
         source: CallError,
     },
-    #[error("plugin {path} was built for WIT {plugin}, the host speaks {host}")]
+    #[error(
+        "plugin {path} was built for WIT {plugin}, the host speaks {host} and loads 0.2 plugins too"
+    )]
     IncompatibleWit {
         path: PathBuf,
         plugin: String,

@@ -136,18 +136,6 @@ pub(crate) fn check_pin(pin: Option<&str>, digest: &str) -> Result<(), LoadError
     }
 }
 
-/// Same major and minor (0.x minors are breaking, see `wit/provider.wit`).
-pub(crate) fn wit_compatible(plugin: &str, host: &str) -> bool {
-    let major_minor = |v: &str| {
-        let mut parts = v.trim().split('.');
-        Some((
-            parts.next()?.parse::<u64>().ok()?,
-            parts.next()?.parse::<u64>().ok()?,
-        ))
-    };
-    matches!((major_minor(plugin), major_minor(host)), (Some(p), Some(h)) if p == h)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,14 +181,5 @@ mod tests {
         let digest = digest_file(rel, &path, 100_000).unwrap();
         let (bytes, again) = read_file(rel, &path, 100_000).unwrap();
         assert_eq!((bytes.len(), digest), (100_000, again));
-    }
-
-    #[test]
-    fn wit_versions_compare_major_and_minor() {
-        assert!(wit_compatible("0.1.0", "0.1.0"));
-        assert!(wit_compatible("0.1.7", "0.1.0"));
-        assert!(!wit_compatible("0.2.0", "0.1.0"));
-        assert!(!wit_compatible("1.1.0", "0.1.0"));
-        assert!(!wit_compatible("garbage", "0.1.0"));
     }
 }

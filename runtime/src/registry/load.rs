@@ -9,13 +9,11 @@ use std::time::Instant;
 
 use wasmtime::component::Component;
 
-use super::files::{
-    FileStamp, check_pin, digest_file, parse_pin, read_file, relative, wit_compatible,
-};
+use super::files::{FileStamp, check_pin, digest_file, parse_pin, read_file, relative};
 use super::{
     FAILED_RETRY, FAILED_RETRY_MAX, Failed, LoadError, Loaded, PluginEvent, PluginRegistry, Served,
 };
-use crate::bindings::WIT_VERSION;
+use crate::bindings::{Contract, WIT_VERSION};
 use crate::component::{Plugin, exported_wit_version};
 use crate::precompile::Compiled;
 use crate::sandbox::CallContext;
@@ -211,31 +209,38 @@ impl PluginRegistry {
             return Ok((plugin.clone(), Served::Memory));
         }
         let component = self.compile(rel, full, &digest).await?;
-        if let Some(exported) = exported_wit_version(&inner.engine, &component)
-            && !wit_compatible(&exported, WIT_VERSION)
-        {
-            return Err(LoadError::IncompatibleWit {
+        // A component that exports no provider interface at all fails to link below, which
+        // says so; one that exports a version the host does not load is refused naming both.
+        let contract = match exported_wit_version(&inner.engine, &component) {
+            None => Contract::V0_3,
+            Some(exported) => Contract::of(&exported).ok_or(LoadError::IncompatibleWit {
                 path: rel.to_path_buf(),
                 plugin: exported,
                 host: WIT_VERSION,
-            });
-        }
+            })?,
+        };
         let info_ctx = CallContext {
             limits: inner.info_limits,
             label: format!("plugin:{}", rel.display()),
             ..CallContext::default()
         };
-        let plugin = Plugin::prepare(inner.engine.clone(), &component, digest.clone(), &info_ctx)
-            .await
-            .map_err(|e| LoadError::Link {
-                path: rel.to_path_buf(),
-                source: e.into(),
-            })?
-            .map_err(|source| LoadError::Info {
-                path: rel.to_path_buf(),
-                source,
-            })?;
-        if !wit_compatible(&plugin.info().wit_version, WIT_VERSION) {
+        let plugin = Plugin::prepare(
+            inner.engine.clone(),
+            &component,
+            contract,
+            digest.clone(),
+            &info_ctx,
+        )
+        .await
+        .map_err(|e| LoadError::Link {
+            path: rel.to_path_buf(),
+            source: e.into(),
+        })?
+        .map_err(|source| LoadError::Info {
+            path: rel.to_path_buf(),
+            source,
+        })?;
+        if Contract::of(&plugin.info().wit_version) != Some(contract) {
             return Err(LoadError::IncompatibleWit {
                 path: rel.to_path_buf(),
                 plugin: plugin.info().wit_version.clone(),

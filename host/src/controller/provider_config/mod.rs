@@ -1,11 +1,14 @@
 //! The ProviderConfig reconciler: loads the plugin, resolves the credentials Secret and the
 //! egress policy, and reports `Ready`, the plugin's identity and how many VMs use it.
 //!
-//! It never calls the cloud: `Ready` says the configuration is usable, not that the
-//! credentials are accepted (a refused call shows up as `Synced=False` on the VMs).
+//! `Ready` says the configuration is usable, not that the credentials are accepted (a refused
+//! call shows up as `Synced=False` on the VMs). Its only cloud calls are the listings of the
+//! cloud view, for plugins that can `list` ([`inventory`]): once per resync period.
 
+mod inventory;
 pub(crate) mod locations;
 mod resolve;
+pub mod view;
 
 pub use resolve::{Provider, ResolveError, Resolver, apply_credentials};
 
@@ -83,6 +86,16 @@ pub async fn reconcile(pc: Arc<ProviderConfig>, ctx: Arc<Context>) -> Result<Act
     let new_build = digest(&status).is_some() && digest(&status) != digest(&old);
     let passthrough_now = status.credentials.is_some_and(|c| c.is_passthrough());
     let passthrough_before = old.credentials.is_some_and(|c| c.is_passthrough());
+    let refreshed = match &resolved {
+        Ok(provider) => inventory::refresh(&ctx, &pc, provider).await,
+        Err(_) => None,
+    };
+    // Sharded, each replica judges only its own shards' orphans: the Event and the metric say
+    // them per replica, and no replica's partial count is written.
+    status.orphans = match (&ctx.shards, refreshed) {
+        (None, Some(r)) => r.orphans.or(old.orphans),
+        _ => None,
+    };
     conditions::set(&mut status.conditions, ready.clone());
     write(&ctx, &pc, &old, &status).await?;
 
@@ -115,7 +128,7 @@ pub async fn reconcile(pc: Arc<ProviderConfig>, ctx: Arc<Context>) -> Result<Act
     match resolved {
         Ok(_) => {
             ctx.pc_backoffs.reset(&ObjectRef::from(&*pc));
-            Ok(Action::await_change())
+            Ok(refreshed.map_or_else(Action::await_change, |r| Action::requeue(r.again_in)))
         }
         Err(source) => Err(Error::Resolve {
             name,

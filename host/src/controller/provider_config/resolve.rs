@@ -144,6 +144,8 @@ pub struct Resolver {
     pub connections: Connections,
     /// The only namespace whose Secrets may be used.
     pub operator_namespace: String,
+    /// This cluster's identity, handed to every call (`provider-config.cluster`).
+    pub cluster_id: String,
 }
 
 impl Resolver {
@@ -194,6 +196,7 @@ impl Resolver {
             settings: ProviderSettings {
                 settings: spec.config.clone(),
                 secrets,
+                cluster: self.cluster_id.clone(),
             },
             egress,
             limits: CallLimits {
@@ -313,6 +316,7 @@ mod tests {
                 allowed_hosts: Vec::new(),
                 allow_private_networks: false,
                 limits: Limits::default(),
+                orphan_policy: Default::default(),
             },
         )
     }

@@ -27,6 +27,8 @@ type VmRef = ObjectRef<VirtualMachine>;
 struct Maps {
     by_provider: HashMap<String, HashSet<VmRef>>,
     provider_of: HashMap<VmRef, String>,
+    /// Filled by a completed list (`InitDone`), not only by single events.
+    listed: bool,
 }
 
 impl Maps {
@@ -103,7 +105,8 @@ impl VmIndex {
                 Vec::new()
             }
             Event::InitDone => match lock(&self.relisting).take() {
-                Some(new) => {
+                Some(mut new) => {
+                    new.listed = true;
                     let mut current = lock(&self.current);
                     let changed = providers_differing(&current, &new);
                     *lock(&self.entered) = new
@@ -149,6 +152,19 @@ impl VmIndex {
             .get(name)
             .map(|set| set.iter().cloned().collect())
             .unwrap_or_default()
+    }
+
+    /// The uid of every VM this index holds, once a list has completed (`None` before: an
+    /// index that has not listed yet would make every machine look like an orphan).
+    pub fn uids(&self) -> Option<HashSet<String>> {
+        let current = lock(&self.current);
+        current.listed.then(|| {
+            current
+                .provider_of
+                .keys()
+                .filter_map(|vm| vm.extra.uid.clone())
+                .collect()
+        })
     }
 
     /// How many VMs reference the ProviderConfig `name`.

@@ -12,7 +12,7 @@ use crate::controller::context::Context;
 use crate::controller::error::Error;
 use crate::controller::provider_config::Provider;
 use crate::controller::runtime::limiter::Permit;
-use crate::plugin::{CallError, Operation, UpdateOutcome, VmSpec, VmStatus};
+use crate::plugin::{CallError, Operation, Page, UpdateOutcome, VmSpec, VmStatus};
 use crate::telemetry::metrics::CallOutcome;
 use kube::ResourceExt;
 
@@ -70,6 +70,9 @@ impl Calls<'_> {
             .plugin
             .create_traced(&self.provider.call, spec)
             .await;
+        if let Ok(machine) = &result {
+            self.ctx.views.touch(&machine.id, started);
+        }
         (self.record(op, result, started.elapsed()), reached)
     }
 
@@ -79,23 +82,44 @@ impl Calls<'_> {
     }
 
     pub async fn update(&self, id: &str, spec: &VmSpec) -> Result<UpdateOutcome, Error> {
+        self.ctx.views.touch(id, Instant::now());
         self.call(Operation::Update, |p| p.plugin.update(&p.call, id, spec))
             .await
     }
 
     pub async fn start(&self, id: &str) -> Result<(), Error> {
+        self.ctx.views.touch(id, Instant::now());
         self.call(Operation::Start, |p| p.plugin.start(&p.call, id))
             .await
     }
 
     pub async fn stop(&self, id: &str) -> Result<(), Error> {
+        self.ctx.views.touch(id, Instant::now());
         self.call(Operation::Stop, |p| p.plugin.stop(&p.call, id))
             .await
     }
 
     pub async fn delete(&self, id: &str) -> Result<(), Error> {
+        self.ctx.views.touch(id, Instant::now());
         self.call(Operation::Delete, |p| p.plugin.delete(&p.call, id))
             .await
+    }
+
+    /// One page of the ProviderConfig's machines (capability `list`).
+    pub async fn list(&self, cursor: Option<String>) -> Result<Page, Error> {
+        self.call(Operation::List, |p| {
+            p.plugin.list(&p.call, cursor.as_deref())
+        })
+        .await
+    }
+
+    /// Machine `id` from the ProviderConfig's cloud view, for the first observation of a drift
+    /// check only (see `provider_config::view` for when the view may answer); `None`: ask `get`.
+    pub fn from_view(&self, id: &str, freshness: Duration) -> Option<VmStatus> {
+        let first = self.taken.load(Ordering::Relaxed) == 0;
+        (self.routine && first && self.ctx.options.cloud_view)
+            .then(|| self.ctx.views.machine(self.provider, id, freshness))
+            .flatten()
     }
 
     async fn call<'p, T, F>(

@@ -82,6 +82,9 @@ pub struct Live<'a> {
     pub vm: VirtualMachine,
     /// Status as last read or written: a write that would change nothing is not sent.
     written: Option<VirtualMachineStatus>,
+    /// How old a listing of the cloud may be to answer this VM's drift check (its poll
+    /// interval).
+    pub view_freshness: std::time::Duration,
 }
 
 impl<'a> Live<'a> {
@@ -100,6 +103,7 @@ impl<'a> Live<'a> {
             spec,
             vm,
             written,
+            view_freshness: std::time::Duration::ZERO,
         }
     }
 
@@ -129,6 +133,9 @@ impl Effects for Live<'_> {
     }
 
     async fn get(&mut self, id: &str) -> Result<Option<VmStatus>, Error> {
+        if let Some(machine) = self.calls.from_view(id, self.view_freshness) {
+            return Ok(Some(machine));
+        }
         self.calls.get(id).await
     }
 

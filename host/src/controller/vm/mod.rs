@@ -64,7 +64,7 @@ use report::{report, report_unresolved};
 
 mod act;
 mod attempts;
-mod calls;
+pub(crate) mod calls;
 mod connection;
 mod day2;
 pub(crate) mod decide;
@@ -136,6 +136,7 @@ pub async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Req
         routine: calls::is_drift_check(&vm),
     };
     let mut effects = Live::new(calls, &api, &ctx.events, spec, (*vm).clone());
+    effects.view_freshness = facts::poll_interval(&vm, &ctx.options);
     let mut status = status::current(&vm);
     let outcome = drive(&vm, facts, &ctx.attempts, &mut status, &mut effects).await?;
     if outcome != Outcome::Done && !deleting {
