@@ -1,8 +1,9 @@
 //! The testcloud's HTTP JSON API (see the module docs of [`crate::cloud`]): routing, the
-//! bearer token, the rate limit and the answers.
+//! bearer token, the latency, the throttles and the answers.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -10,9 +11,9 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
-use super::Config;
-use super::rate::Bucket;
+use super::rate::{Bucket, Class, Ec2Buckets, Refused, Resource};
 use super::store::{NewMachine, Power, Resize, ResizeError, Store};
+use super::{Config, Ec2Limits, RateLimit};
 
 /// What every request handler shares.
 #[derive(Debug)]
@@ -20,6 +21,9 @@ pub(crate) struct Shared {
     pub config: Config,
     pub store: Mutex<Store>,
     pub bucket: Option<Mutex<Bucket>>,
+    pub ec2: Option<Mutex<Ec2Buckets>>,
+    /// The state of the latency draws (splitmix64), seeded from the clock.
+    draws: AtomicU64,
 }
 
 impl Shared {
@@ -27,15 +31,40 @@ impl Shared {
         let bucket = config
             .rate_limit
             .map(|limit| Mutex::new(Bucket::new(limit.per_second, limit.burst)));
+        let ec2 = config.ec2.as_ref().map(|l| Mutex::new(Ec2Buckets::new(l)));
+        let seed = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |t| t.as_nanos() as u64);
         Shared {
             config,
             store: Mutex::new(Store::default()),
             bucket,
+            ec2,
+            draws: AtomicU64::new(seed),
         }
     }
 
     pub fn store(&self) -> MutexGuard<'_, Store> {
         lock(&self.store)
+    }
+
+    /// This answer's delay: [`Config::latency`], or a uniform draw up to
+    /// [`Config::latency_max`] when that is greater.
+    fn latency(&self) -> Duration {
+        let (min, max) = (self.config.latency, self.config.latency_max);
+        if max <= min {
+            return min;
+        }
+        // splitmix64: a lock-free, well-mixed sequence, enough for spreading delays.
+        let mut z = self
+            .draws
+            .fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed)
+            .wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        let unit = (z >> 11) as f64 / (1u64 << 53) as f64; // in [0, 1)
+        min + (max - min).mul_f64(unit)
     }
 }
 
@@ -80,6 +109,9 @@ fn not_found(id: &str) -> Response {
 
 /// The single handler: the route table is small enough to match by hand, which keeps every
 /// refusal (a bad path, a bad body) in the API's own JSON shape.
+///
+/// In order: the latency (no lock held while waiting), the counts, the plain rate limit, the
+/// EC2-like buckets, the bearer token, the route.
 pub(crate) async fn handle(
     State(shared): State<Arc<Shared>>,
     method: Method,
@@ -87,22 +119,32 @@ pub(crate) async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if !shared.config.latency.is_zero() {
-        tokio::time::sleep(shared.config.latency).await;
+    let delay = shared.latency();
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
     }
-    shared.store().stats.requests += 1;
-    if let Some(wait) = throttled(&shared) {
-        shared.store().stats.throttled += 1;
-        let mut response = refuse(
-            StatusCode::TOO_MANY_REQUESTS,
-            "rate-limited",
-            "request rate exceeded",
-        );
-        let seconds = wait.as_secs_f64().ceil().max(1.0);
-        if let Ok(value) = HeaderValue::from_str(&format!("{seconds:.0}")) {
-            response.headers_mut().insert(header::RETRY_AFTER, value);
+    let (class, resource) = classify(&method, uri.path());
+    {
+        let stats = &mut shared.store().stats;
+        stats.requests += 1;
+        match class {
+            Class::Read => stats.reads += 1,
+            Class::Mutate => stats.mutates += 1,
+            Class::Harness => {}
         }
-        return response;
+    }
+    if let Some(refused) = throttled(&shared, class, resource) {
+        let stats = &mut shared.store().stats;
+        stats.throttled += 1;
+        match class {
+            Class::Read => stats.throttled_reads += 1,
+            Class::Mutate => stats.throttled_mutates += 1,
+            Class::Harness => {}
+        }
+        if refused.by_resource {
+            stats.throttled_by_resource += 1;
+        }
+        return too_many(refused.wait);
     }
     if let Some(token) = &shared.config.token {
         let expected = format!("Bearer {token}");
@@ -121,8 +163,78 @@ pub(crate) async fn handle(
     route(&shared, &method, &uri, &body)
 }
 
-fn throttled(shared: &Shared) -> Option<Duration> {
-    lock(shared.bucket.as_ref()?).take().err()
+/// 429 with `Retry-After`: `wait` rounded up to whole seconds, at least one.
+fn too_many(wait: Duration) -> Response {
+    let mut response = refuse(
+        StatusCode::TOO_MANY_REQUESTS,
+        "rate-limited",
+        "request rate exceeded",
+    );
+    let seconds = wait.as_secs_f64().ceil().max(1.0);
+    if let Ok(value) = HeaderValue::from_str(&format!("{seconds:.0}")) {
+        response.headers_mut().insert(header::RETRY_AFTER, value);
+    }
+    response
+}
+
+/// The request's class and, for a create or a delete, its resource bucket.
+fn classify(method: &Method, path: &str) -> (Class, Option<Resource>) {
+    let rest = path.strip_prefix("/v1/").unwrap_or(path);
+    if rest == "stats" || rest == "limits" || rest.starts_with("limits/") {
+        return (Class::Harness, None);
+    }
+    let segments: Vec<&str> = rest.split('/').collect();
+    match (method.as_str(), segments.as_slice()) {
+        ("GET" | "HEAD", _) => (Class::Read, None),
+        ("POST", ["machines"]) => (Class::Mutate, Some(Resource::Run)),
+        ("DELETE", ["machines", _]) => (Class::Mutate, Some(Resource::Terminate)),
+        _ => (Class::Mutate, None),
+    }
+}
+
+/// Why the request may not go on: the plain rate limit first (every request), then the
+/// EC2-like buckets.
+fn throttled(shared: &Shared, class: Class, resource: Option<Resource>) -> Option<Refused> {
+    if let Some(bucket) = &shared.bucket
+        && let Err(wait) = lock(bucket).take()
+    {
+        return Some(Refused {
+            wait,
+            by_resource: false,
+        });
+    }
+    lock(shared.ec2.as_ref()?).take(class, resource).err()
+}
+
+/// The answer of `GET /v1/limits`: the throttles and the latency this cloud was started with.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Limits {
+    rate_limit: Option<RateLimit>,
+    ec2: Option<Ec2Limits>,
+    latency_min_ms: f64,
+    latency_max_ms: f64,
+}
+
+fn limits(config: &Config) -> Limits {
+    let min = config.latency;
+    Limits {
+        rate_limit: config.rate_limit,
+        ec2: config.ec2,
+        latency_min_ms: min.as_secs_f64() * 1000.0,
+        latency_max_ms: config.latency_max.max(min).as_secs_f64() * 1000.0,
+    }
+}
+
+/// `POST /v1/limits/refill`: every bucket full again.
+fn refill(shared: &Shared) -> Response {
+    if let Some(bucket) = &shared.bucket {
+        lock(bucket).refill();
+    }
+    if let Some(buckets) = &shared.ec2 {
+        lock(buckets).refill();
+    }
+    StatusCode::NO_CONTENT.into_response()
 }
 
 fn route(shared: &Shared, method: &Method, uri: &Uri, body: &[u8]) -> Response {
@@ -157,6 +269,8 @@ fn route(shared: &Shared, method: &Method, uri: &Uri, body: &[u8]) -> Response {
             }
         }
         ("GET", ["stats"]) => json(StatusCode::OK, &shared.store().stats),
+        ("GET", ["limits"]) => json(StatusCode::OK, &limits(&shared.config)),
+        ("POST", ["limits", "refill"]) => refill(shared),
         _ => no_route(method, uri),
     }
 }
@@ -459,5 +573,105 @@ mod tests {
         }
         let (status, _) = get(&shared, "/v1/machines?after=%zz").await;
         assert_eq!(status, StatusCode::BAD_REQUEST);
+    }
+
+    async fn call(shared: &Arc<Shared>, method: Method, path: &str, body: &str) -> Response {
+        let uri: Uri = path.parse().unwrap_or_default();
+        let body = Bytes::copy_from_slice(body.as_bytes());
+        handle(State(shared.clone()), method, uri, HeaderMap::new(), body).await
+    }
+
+    const NEW: &str = r#"{"uid": "u", "image": "tc-ubuntu-24.04", "cpu": 1, "memoryMib": 512}"#;
+
+    #[tokio::test]
+    async fn the_ec2_buckets_throttle_and_count_by_class() {
+        // Refills too slow to matter within the test.
+        let slow = |burst| RateLimit {
+            per_second: 0.001,
+            burst,
+        };
+        let limits = Ec2Limits {
+            read: slow(2),
+            mutate: slow(3),
+            run: slow(1),
+            terminate: slow(5),
+        };
+        let shared = Arc::new(Shared::new(Config::default().with_ec2(limits)));
+        let created = call(&shared, Method::POST, "/v1/machines", NEW).await;
+        assert_eq!(created.status(), StatusCode::CREATED);
+        // The run bucket (1) is empty: a second create is refused by it.
+        let refused = call(&shared, Method::POST, "/v1/machines", NEW).await;
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        let retry_after = refused.headers().get(header::RETRY_AFTER).cloned();
+        assert_eq!(retry_after, Some(HeaderValue::from_static("1000")));
+        // Deletes have their own resource bucket; the mutate bucket (3) has 2 left.
+        let gone = call(&shared, Method::DELETE, "/v1/machines/tc-00000001", "").await;
+        assert_eq!(gone.status(), StatusCode::NO_CONTENT);
+        let missing = call(&shared, Method::DELETE, "/v1/machines/tc-00000001", "").await;
+        assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+        let refused = call(&shared, Method::DELETE, "/v1/machines/tc-00000001", "").await;
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        for expected in [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS,
+        ] {
+            let listed = call(&shared, Method::GET, "/v1/machines?limit=5", "").await;
+            assert_eq!(listed.status(), expected);
+        }
+        // The harness's routes are neither throttled nor counted as calls.
+        for _ in 0..5 {
+            let stats = call(&shared, Method::GET, "/v1/stats", "").await;
+            assert_eq!(stats.status(), StatusCode::OK);
+        }
+        let stats = shared.store().stats;
+        assert_eq!((stats.reads, stats.mutates), (3, 5));
+        assert_eq!((stats.throttled_reads, stats.throttled_mutates), (1, 2));
+        assert_eq!((stats.throttled, stats.throttled_by_resource), (3, 1));
+        assert_eq!(stats.requests, 13);
+        // A refill makes every bucket full again.
+        let refilled = call(&shared, Method::POST, "/v1/limits/refill", "").await;
+        assert_eq!(refilled.status(), StatusCode::NO_CONTENT);
+        let created = call(&shared, Method::POST, "/v1/machines", NEW).await;
+        assert_eq!(created.status(), StatusCode::CREATED);
+        let listed = call(&shared, Method::GET, "/v1/machines", "").await;
+        assert_eq!(listed.status(), StatusCode::OK);
+    }
+
+    #[tokio::test]
+    async fn the_limits_route_says_what_the_cloud_was_started_with() {
+        let config = Config::default()
+            .with_ec2(Ec2Limits::EC2.scaled(0.5))
+            .with_latency_range(Duration::from_millis(50), Duration::from_millis(200));
+        let shared = Shared::new(config);
+        let (status, answer) = get(&shared, "/v1/limits").await;
+        assert_eq!(status, StatusCode::OK);
+        let expected = serde_json::json!({
+            "rateLimit": null,
+            "ec2": {
+                "read": {"perSecond": 10.0, "burst": 50},
+                "mutate": {"perSecond": 2.5, "burst": 100},
+                "run": {"perSecond": 1.0, "burst": 500},
+                "terminate": {"perSecond": 10.0, "burst": 500},
+            },
+            "latencyMinMs": 50.0,
+            "latencyMaxMs": 200.0,
+        });
+        assert_eq!(answer, expected);
+    }
+
+    #[test]
+    fn latencies_are_drawn_within_the_range() {
+        let (min, max) = (Duration::from_millis(50), Duration::from_millis(200));
+        let shared = Shared::new(Config::default().with_latency_range(min, max));
+        let draws: Vec<Duration> = (0..1000).map(|_| shared.latency()).collect();
+        assert!(draws.iter().all(|d| (min..=max).contains(d)), "{draws:?}");
+        let low = draws
+            .iter()
+            .filter(|d| **d < Duration::from_millis(125))
+            .count();
+        assert!((350..=650).contains(&low), "{low} of 1000 below the middle");
+        let fixed = Shared::new(Config::default().with_latency(min));
+        assert_eq!(fixed.latency(), min);
     }
 }

@@ -83,12 +83,26 @@ pub struct Stats {
     pub created: u64,
     pub deleted: u64,
     pub live: u64,
-    /// Requests answered, throttled and refused ones included.
+    /// Requests answered, throttled and refused ones included (the harness's own
+    /// `/v1/stats` and `/v1/limits` too).
     pub requests: u64,
     /// Requests answered 429.
     pub throttled: u64,
     /// Requests answered 401.
     pub unauthorized: u64,
+    /// Calls of the cloud's API that read (`GET`, EC2's non-mutating actions), throttled and
+    /// refused ones included; not the harness's routes.
+    pub reads: u64,
+    /// Calls of the cloud's API that change something (any other method, EC2's mutating
+    /// actions), throttled and refused ones included; not the harness's routes.
+    pub mutates: u64,
+    /// Reads answered 429 (by either throttle).
+    pub throttled_reads: u64,
+    /// Mutating calls answered 429 (by either throttle).
+    pub throttled_mutates: u64,
+    /// Of [`Stats::throttled_mutates`], those the EC2-like mode refused for want of a resource
+    /// token (`RunInstances`, `TerminateInstances`) while the mutate bucket had one.
+    pub throttled_by_resource: u64,
 }
 
 /// One page of a listing: the machines, and the id to ask `after` for the next page (`None`:
