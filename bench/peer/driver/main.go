@@ -16,6 +16,9 @@
 // seconds (utime+stime) and peak RSS (VmHWM, reset at the phase start through clear_refs), both
 // summed over the operator process and its live descendants (K replicas under replicas.sh),
 // and the CPU seconds of the extra processes named with -watch (kube-apiserver, etcd).
+// With -cloud URL (a testcloud), also the cloud's counters over the phase (GET URL/v1/stats
+// before and after: calls by class, 429s by class), and the create and delete phases start
+// with the cloud's throttling buckets full (POST URL/v1/limits/refill).
 // One JSON object per run is appended to -out.
 package main
 
@@ -24,6 +27,8 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"sort"
@@ -76,6 +81,7 @@ func main() {
 	pprofDir := flag.String("pprof", "", "write kube-apiserver CPU profiles of the create and delete phases into this directory")
 	watch := watchFlag{}
 	flag.Var(watch, "watch", "NAME=PID of another process whose CPU to record per phase (repeatable)")
+	flag.StringVar(&cloudURL, "cloud", "", "a testcloud's URL: record its /v1/stats per phase, refill its buckets at the create and delete phases' start")
 	flag.Parse()
 	if *namespace == "" || (flag.NArg() == 0) != *floor {
 		fail(fmt.Errorf("usage: driver -namespace NS [flags] -- OPERATOR ARGS... ({ns} is replaced), or driver -floor -namespace NS [flags]"))
@@ -155,6 +161,7 @@ func main() {
 
 	// create
 	prof := startProfiler(kube, *pprofDir, strings.ReplaceAll(*label, " ", "_")+"-create")
+	cloudRefill()
 	p := begin(ctx, kube, pid, watch)
 	jobs := make(chan int)
 	var wg sync.WaitGroup
@@ -215,6 +222,7 @@ func main() {
 
 	// delete
 	prof = startProfiler(kube, *pprofDir, strings.ReplaceAll(*label, " ", "_")+"-delete")
+	cloudRefill()
 	p = begin(ctx, kube, pid, watch)
 	for attempt := 0; ; attempt++ {
 		err := vms.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
@@ -410,7 +418,10 @@ type Phase struct {
 	// CPU time the hypervisor gave to others while this machine's vCPUs wanted it (/proc/stat
 	// steal, all CPUs): a run with much of it measured a busier host, not a slower operator.
 	StealSeconds float64 `json:"stealSeconds"`
-	Error        string  `json:"error,omitempty"`
+	// With -cloud: the change of each of the testcloud's /v1/stats counters over the phase
+	// (reads, mutates, throttledReads, throttledMutates, throttledByResource, created, ...).
+	Cloud map[string]int64 `json:"cloud,omitempty"`
+	Error string           `json:"error,omitempty"`
 }
 
 type Result struct {
@@ -436,6 +447,7 @@ type phaseStart struct {
 	watch   watchFlag
 	watched map[string]float64
 	steal   float64
+	cloud   map[string]int64 // nil without -cloud
 }
 
 func begin(ctx context.Context, kube kubernetes.Interface, pid int, watch watchFlag) *phaseStart {
@@ -448,6 +460,7 @@ func begin(ctx context.Context, kube kubernetes.Interface, pid int, watch watchF
 	for name, wp := range watch {
 		p.watched[name] = procCPU(wp)
 	}
+	p.cloud = cloudStats()
 	p.t0 = time.Now()
 	return p
 }
@@ -460,9 +473,16 @@ func (p *phaseStart) end(ctx context.Context, kube kubernetes.Interface, n int) 
 	for name, wp := range p.watch {
 		watched[name] = round(procCPU(wp)-p.watched[name], 2)
 	}
+	var cloud map[string]int64
+	if p.cloud != nil {
+		cloud = map[string]int64{}
+		for k, v := range cloudStats() {
+			cloud[k] = v - p.cloud[k]
+		}
+	}
 	m, err := scrape(ctx, kube)
 	check(err)
-	ph := Phase{Seconds: round(seconds, 3), Writes: map[string]int{}, Reads: map[string]int{},
+	ph := Phase{Cloud: cloud, Seconds: round(seconds, 3), Writes: map[string]int{}, Reads: map[string]int{},
 		CPUSeconds: round(cpu, 2), PeakRSSMiB: kib(hwm), EndRSSMiB: kib(rss), Watched: watched,
 		StealSeconds: round(hostSteal()-p.steal, 2)}
 	for k, v := range m {
@@ -495,6 +515,41 @@ func (p *phaseStart) end(ctx context.Context, kube kubernetes.Interface, n int) 
 	ph.WritesPerVM = round(float64(ph.WritesTotal)/float64(n), 2)
 	ph.OperatorWritesPerVM = round(float64(ph.OperatorWrites)/float64(n), 2)
 	return ph
+}
+
+// cloudURL is -cloud: a testcloud whose counters each phase records ("": none).
+var cloudURL string
+
+// cloudStats is the testcloud's GET /v1/stats (its integer counters), or nil without -cloud.
+func cloudStats() map[string]int64 {
+	if cloudURL == "" {
+		return nil
+	}
+	resp, err := http.Get(cloudURL + "/v1/stats")
+	check(err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	check(err)
+	if resp.StatusCode != http.StatusOK {
+		fail(fmt.Errorf("GET %s/v1/stats: HTTP %d: %s", cloudURL, resp.StatusCode, raw))
+	}
+	out := map[string]int64{}
+	check(json.Unmarshal(raw, &out))
+	return out
+}
+
+// cloudRefill fills the testcloud's throttling buckets (nothing without -cloud), so that a
+// phase starts as the bucket-limited floor assumes (bench/README.md).
+func cloudRefill() {
+	if cloudURL == "" {
+		return
+	}
+	resp, err := http.Post(cloudURL+"/v1/limits/refill", "application/json", nil)
+	check(err)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		fail(fmt.Errorf("POST %s/v1/limits/refill: HTTP %d", cloudURL, resp.StatusCode))
+	}
 }
 
 type reqKey struct{ verb, resource, subresource, scope, code string }
@@ -662,6 +717,15 @@ func report(res *Result, out string) {
 	line("create", res.Create)
 	line("idle", res.Idle)
 	line("delete", res.Delete)
+	for _, ph := range []struct {
+		name string
+		p    Phase
+	}{{"create", res.Create}, {"idle", res.Idle}, {"delete", res.Delete}} {
+		if c := ph.p.Cloud; c != nil {
+			fmt.Printf("  %-6s cloud: %d reads (%d throttled), %d mutations (%d throttled, %d by a resource bucket)\n",
+				ph.name, c["reads"], c["throttledReads"], c["mutates"], c["throttledMutates"], c["throttledByResource"])
+		}
+	}
 }
 
 func check(err error) {
