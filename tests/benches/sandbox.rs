@@ -80,6 +80,7 @@ fn context() -> CallContext {
         settings: ProviderSettings {
             settings: BTreeMap::from([("region".into(), "us-east-1".into())]),
             secrets: BTreeMap::from([("access-key".into(), "AKIA...".into())]),
+            cluster: "vmop-tests".to_owned(),
         },
         label: "bench".into(),
         ..CallContext::default()

@@ -120,6 +120,7 @@ impl Backend {
             settings: ProviderSettings {
                 settings: pairs(settings),
                 secrets: pairs(secrets),
+                cluster: "vmop-tests".to_owned(),
             },
             egress: EgressPolicy::parse(&[endpoint])?,
             limits: CallLimits::default(),

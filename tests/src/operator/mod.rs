@@ -186,6 +186,7 @@ impl Env {
                     creation_grace_period_seconds: TEST_GRACE_SECONDS,
                     ..Limits::default()
                 },
+                orphan_policy: Default::default(),
             },
         );
         pc.metadata.labels = Some(BTreeMap::from([(

@@ -16,6 +16,7 @@ mod day2;
 mod demo;
 mod operator_bench;
 mod operator_budget;
+mod operator_cloud_view;
 mod operator_cross_resource;
 mod operator_day2;
 mod operator_day2_adopt;

@@ -137,6 +137,7 @@ async fn sixty_four_python_calls_in_flight_at_once_all_succeed() -> anyhow::Resu
                 .into_iter()
                 .map(|(k, v)| (k.to_owned(), v.to_owned()))
                 .collect(),
+            cluster: "vmop-tests".to_owned(),
         },
         egress: EgressPolicy::parse(std::slice::from_ref(&endpoint))?,
         label: "python-in-flight".to_owned(),

@@ -22,6 +22,7 @@ fn mode(m: &str) -> CallContext {
         settings: ProviderSettings {
             settings: BTreeMap::from([("mode".to_owned(), m.to_owned())]),
             secrets: BTreeMap::new(),
+            cluster: "vmop-tests".to_owned(),
         },
         egress: EgressPolicy::deny_all(),
         limits: CallLimits {

@@ -219,6 +219,7 @@ async fn replacing_the_file_switches_versions_without_failing_calls_in_flight() 
                 ("authority".to_string(), authority.clone()),
             ]),
             secrets: BTreeMap::new(),
+            cluster: "vmop-tests".to_owned(),
         },
         egress: EgressPolicy::parse([format!("http://{authority}")])?,
         limits: CallLimits {

@@ -59,6 +59,7 @@ fn ctx(settings: &[(&str, &str)], timeout: Duration) -> CallContext {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             secrets: BTreeMap::from([("token".to_string(), "s3cr3t".to_string())]),
+            cluster: "vmop-tests".to_owned(),
         },
         egress: EgressPolicy::deny_all(),
         limits: CallLimits {

@@ -292,6 +292,7 @@ fn log_a_reconcile(format: LogFormat) -> anyhow::Result<String> {
     let settings = ProviderSettings {
         settings: BTreeMap::from([("region".to_owned(), "eu-west-1".to_owned())]),
         secrets: BTreeMap::from([("secret_access_key".to_owned(), "hunter2-s3cr3t".to_owned())]),
+        cluster: "vmop-tests".to_owned(),
     };
     tracing::subscriber::with_default(subscriber(format, filter, capture.clone(), false), || {
         let span = reconcile_span(

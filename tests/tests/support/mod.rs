@@ -73,11 +73,16 @@ pub fn context(
             allowed_hosts: allowed.to_vec(),
             allow_private_networks: false,
             limits: Limits::default(),
+            orphan_policy: Default::default(),
         },
     );
     let (secrets, egress) = apply_credentials(&config, secret, EgressPolicy::parse(allowed)?)?;
     Ok(CallContext {
-        settings: ProviderSettings { settings, secrets },
+        settings: ProviderSettings {
+            settings,
+            secrets,
+            cluster: "vmop-tests".to_owned(),
+        },
         egress,
         limits: CallLimits {
             timeout: Duration::from_secs(20),

@@ -8,14 +8,15 @@
 //! - A VM's drift check (a settled, Ready VM at its current generation, nothing requested)
 //!   takes its machine from the view instead of calling `get` only when the view holds that id,
 //!   was listed with the same provider identity (settings, credentials, plugin), began within
-//!   the VM's poll interval, and began after this process last asked the cloud to change that
-//!   machine ([`CloudViews::touch`]). Anything else calls `get`. Absence from the view is never
+//!   twice the VM's poll interval (listings run once per resync period, so while they succeed
+//!   a drift check at the resync period always finds one; a machine's change shows within
+//!   three periods), and began after this process last asked the cloud to change that machine
+//!   ([`CloudViews::touch`]). Anything else calls `get`. Absence from the view is never
 //!   read as absence: the check calls `get`, so `decide`'s rules about absence (find, grace
 //!   period, location) hold exactly as without a view (test: `a_view_answers_only_what_it_may`).
 //! - A listing is complete or it is not used: a failed or throttled page keeps the previous
 //!   listing, and a plugin that pages forever (more than [`MAX_PAGES`], or a cursor it already
-//!   gave) fails the listing as a contract violation
-//!   (`tests/tests/operator/operator_cloud_view.rs`, the hostile guest's `endless` mode).
+//!   gave) fails the listing (`a_listing_follows_cursors_to_the_end_and_refuses_a_loop`).
 //! - Orphans ([`orphans`]) are machines carrying this cluster's mark and an owner uid that no
 //!   VirtualMachine of this cluster has. They are reported always; under `orphanPolicy: Delete`
 //!   one is deleted only when it was an orphan in the previous listing too, the cloud says when

@@ -136,7 +136,7 @@ pub async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Req
         routine: calls::is_drift_check(&vm),
     };
     let mut effects = Live::new(calls, &api, &ctx.events, spec, (*vm).clone());
-    effects.view_freshness = facts::poll_interval(&vm, &ctx.options);
+    effects.view_freshness = facts::poll_interval(&vm, &ctx.options).saturating_mul(2);
     let mut status = status::current(&vm);
     let outcome = drive(&vm, facts, &ctx.attempts, &mut status, &mut effects).await?;
     if outcome != Outcome::Done && !deleting {
