@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::ensure;
 use vmop::plugin::{
     CallContext, CallError, CallLimits, EgressPolicy, ErrorClass, Fault, LoadError, Phase,
-    ProviderSettings, VmSpec,
+    ProviderError, ProviderSettings, VmSpec,
 };
 use vmop_tests::fixtures::vm_spec;
 
@@ -105,7 +105,7 @@ async fn a_plugin_built_for_contract_0_1_is_refused_naming_both_versions() -> an
     );
     let text = err.to_string();
     assert!(
-        text.contains("0.1.0") && text.contains("0.2.0"),
+        text.contains("0.1.0") && text.contains(vmop::plugin::WIT_VERSION),
         "the message must name both versions: {text}"
     );
     Ok(())
@@ -120,6 +120,38 @@ async fn find_and_location_answer_through_the_sandbox() -> anyhow::Result<()> {
     assert_eq!(found.map(|f| f.id), Some(created.id));
     assert_eq!(trivial.location(&ctx).await?, "trivial");
     let info = trivial.info();
-    assert_eq!(info.wit_version, "0.2.0");
+    assert_eq!(info.wit_version, vmop::plugin::WIT_VERSION);
+    Ok(())
+}
+
+/// `list` answers are bounded like every other: a page over 1,000 machines or a cursor over
+/// 4,096 bytes is a contract violation, and the host's listing refuses a cursor it was given
+/// before (`endless`) rather than paging forever.
+#[tokio::test]
+async fn oversized_pages_are_contract_violations() -> anyhow::Result<()> {
+    let (_dir, hostile) = support::load("hostile").await?;
+    assert_violation(hostile.list(&mode("huge-page"), None).await, "huge-page")?;
+    assert_violation(hostile.list(&mode("huge-cursor"), None).await, "huge-cursor")?;
+    let endless = hostile.list(&mode("endless"), Some("again")).await?;
+    assert_eq!(endless.next.as_deref(), Some("again"), "the guest pages on");
+    let (_dir, trivial) = support::load("trivial").await?;
+    let page = trivial.list(&mode("ok"), None).await?;
+    ensure!(page.machines.is_empty() && page.next.is_none(), "{page:?}");
+    Ok(())
+}
+
+/// A plugin built against the frozen contract 0.2 loads and answers every export but `list`,
+/// which the host refuses for it without calling into the guest.
+#[tokio::test]
+async fn a_plugin_built_for_contract_0_2_loads_and_cannot_list() -> anyhow::Result<()> {
+    let (_dir, old) = support::load("vmop_fixture_testcloud_v02").await?;
+    ensure!(old.contract() == vmop::plugin::Contract::V0_2, "{:?}", old.contract());
+    ensure!(old.info().wit_version.starts_with("0.2."), "{:?}", old.info());
+    ensure!(!old.info().has("list"), "a 0.2 plugin declares list: {:?}", old.info());
+    let refused = old.list(&mode("ok"), None).await;
+    ensure!(
+        matches!(&refused, Err(CallError::Provider(ProviderError::Permanent(m))) if m.contains("0.2")),
+        "{refused:?}"
+    );
     Ok(())
 }
