@@ -19,10 +19,12 @@
 //! | `create-idempotent` | a second `create` with the same uid answers the same id |
 //! | `find-after-create` | `find` by the uid answers that id (polled within the grace period) |
 //! | `get-after-create` | `get` of the id answers it (polled within the grace period; on the first call when the plugin declares `consistent-get`) |
+//! | `list-after-create` | (capability `list`) paging ends without a repeated cursor; the machine is listed once (polled within the grace period), as `get` sees it, with the config's cluster mark; no machine is listed twice, though a second one is created between the first two pages; no machine of another cluster is listed |
 //! | `delete` | `delete` of the machine succeeds |
 //! | `delete-again` | `delete` of the deleted machine succeeds |
 //! | `delete-unknown` | `delete` of an id the cloud cannot know succeeds |
 //! | `gone-after-delete` | `get` and `find` answer none (polled within the grace period) |
+//! | `list-after-delete` | (capability `list`) the deleted machine is no longer listed (polled within the grace period) |
 //! | `refused-credential` | with every secret value falsified, `find` fails `unauthorized`; skipped when there are no secrets or the backend accepts anything |
 //! | `impossible-spec` | `create` with an image no cloud has fails `invalid-spec` |
 //! | `output-bounds` | no call of the run answered outside the WIT bounds (the host's [`CallError::ContractViolation`]) |
@@ -44,6 +46,7 @@ mod calls;
 mod classes;
 mod cleanup;
 mod lifecycle;
+mod listing;
 mod report;
 mod suite;
 
@@ -58,7 +61,7 @@ use vmop_runtime::registry::{PluginRegistry, SingleFileError};
 use vmop_runtime::sandbox::{CallContext, CallError};
 
 /// The checks, in the order they run.
-pub const CHECKS: [&str; 17] = [
+pub const CHECKS: [&str; 19] = [
     "info",
     "location",
     "find-before-create",
@@ -67,10 +70,12 @@ pub const CHECKS: [&str; 17] = [
     "create-idempotent",
     "find-after-create",
     "get-after-create",
+    "list-after-create",
     "delete",
     "delete-again",
     "delete-unknown",
     "gone-after-delete",
+    "list-after-delete",
     "refused-credential",
     "impossible-spec",
     "output-bounds",

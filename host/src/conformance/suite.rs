@@ -82,16 +82,19 @@ impl<'a> Suite<'a> {
                 self.create_idempotent(plugin, &id).await;
                 self.find_after_create(plugin, &id).await;
                 self.get_after_create(plugin, &id).await;
+                self.list_after_create(plugin, &id).await;
                 self.delete(plugin, &id).await;
                 self.delete_again(plugin, &id).await;
                 self.delete_unknown(plugin).await;
                 self.gone_after_delete(plugin, &id).await;
+                self.list_after_delete(plugin, &id).await;
             }
             None => {
                 for name in [
                     "create-idempotent",
                     "find-after-create",
                     "get-after-create",
+                    "list-after-create",
                     "delete",
                     "delete-again",
                 ] {
@@ -99,6 +102,7 @@ impl<'a> Suite<'a> {
                 }
                 self.delete_unknown(plugin).await;
                 self.skip("gone-after-delete", "create made no machine");
+                self.skip("list-after-delete", "create made no machine");
             }
         }
         self.refused_credential(plugin).await;
