@@ -13,7 +13,10 @@
 //!   with a new epoch of knowledge;
 //! - the operator reads a stale view of the VM (its informer lags, monotonically);
 //! - API writes fail, or land with their answer lost;
-//! - the ProviderConfig moves to another location and back.
+//! - the ProviderConfig moves to another location and back;
+//! - a drift check's first `get` is answered from the cloud view's listing (as
+//!   `provider_config::view` allows), which may still show a machine deleted behind the
+//!   operator's back since it was taken; a listing never answers "absent".
 //!
 //! Invariants checked after every step: at most one live machine per VM, and no machine asked
 //! to `delete` twice in one reconcile (a drive that forgot an earlier delete would alternate
@@ -49,7 +52,7 @@ use vmop::api::{
 use vmop::controller::Error;
 use vmop::controller::vm::Attempts;
 use vmop::controller::vm::{Effects, Severity};
-use vmop::controller::vm::{Facts, drive, facts, vm_spec};
+use vmop::controller::vm::{Facts, drive, facts, is_drift_check, vm_spec};
 use vmop::plugin::{
     CallError, Operation, Phase, PluginInfo, ProviderError, UpdateOutcome, VmStatus,
 };
@@ -354,9 +357,40 @@ struct Fake<'w> {
     writes: Vec<Operation>,
     /// The machines `delete` was asked for in this reconcile.
     deletes: Vec<String>,
+    /// Calls made in this reconcile: only a drift check's first observation may come from the
+    /// cloud view.
+    calls: u32,
 }
 
 impl Fake<'_> {
+    /// Machine `id` as a listing taken before the last change behind the operator's back may
+    /// still show it: present, in the power state it had, even if it is gone since.
+    fn from_listing(&mut self, id: &str) -> Option<VmStatus> {
+        let first = self.calls == 0;
+        if !(first && self.world.faults && is_drift_check(&self.vm) && self.world.rng.chance(40)) {
+            return None;
+        }
+        let m = self
+            .world
+            .machines
+            .iter()
+            .find(|m| m.id == id && m.location == self.location)?;
+        let status = VmStatus {
+            id: m.id.clone(),
+            phase: if m.running {
+                Phase::Running
+            } else {
+                Phase::Stopped
+            },
+            addresses: Vec::new(),
+            message: None,
+            owner: (!m.uid.is_empty()).then(|| m.uid.clone()),
+        };
+        self.world
+            .note(format!("  get {id}: from the cloud view's listing"));
+        Some(status)
+    }
+
     fn fate(&mut self, can_throttle: bool) -> Fate {
         let w = &mut *self.world;
         if !w.faults {
@@ -398,6 +432,7 @@ impl Fake<'_> {
         what: String,
         act: impl FnOnce(&mut Fake<'_>) -> Result<T, Error>,
     ) -> Result<T, Error> {
+        self.calls += 1;
         let fate = self.fate(op != Operation::Location);
         self.world.note(format!("  {what}: {fate:?}"));
         match fate {
@@ -584,6 +619,9 @@ impl Effects for Fake<'_> {
     }
 
     async fn get(&mut self, id: &str) -> Result<Option<VmStatus>, Error> {
+        if let Some(listed) = self.from_listing(id) {
+            return Ok(Some(listed));
+        }
         self.perform(Operation::Get, format!("get {id}"), |f| {
             let w = &*f.world;
             Ok(w.machines
@@ -806,6 +844,7 @@ fn begin<'w>(
         desired_mib: spec.memory_mib,
         writes: Vec::new(),
         deletes: Vec::new(),
+        calls: 0,
     };
     Some((facts, status, fake))
 }

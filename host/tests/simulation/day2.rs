@@ -17,7 +17,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use vmop::api::{PowerState, UpdateStrategy, VirtualMachine};
+use vmop::api::{PowerState, UpdateStrategy, VirtualMachine, VirtualMachineStatus};
 use vmop::controller::vm::Attempts;
 
 use super::{Abilities, SETTLE_STEPS, STEPS, UID, World, advance, reconcile};
@@ -94,7 +94,10 @@ pub(super) fn claim_outside(world: &mut World) {
 }
 
 fn synced_reason(vm: &VirtualMachine) -> Option<String> {
-    let status = vm.status.as_ref()?;
+    synced_reason_of(vm.status.as_ref()?)
+}
+
+fn synced_reason_of(status: &VirtualMachineStatus) -> Option<String> {
     let synced = status.conditions.iter().find(|c| c.type_ == "Synced")?;
     (synced.status == "False").then(|| synced.reason.clone())
 }
@@ -131,7 +134,9 @@ fn converged(world: &World) -> Result<(), String> {
     let want_running = vm.spec.power_state == PowerState::Running;
     let unsupported =
         synced_reason(vm).is_some_and(|r| r == "PowerNotSupported" || r == "UpdateNotSupported");
-    if machine.running != want_running && (abilities.power || !unsupported) {
+    // A change that needs a new machine is said first; the power state is said once it is gone.
+    let replacing = synced_reason(vm).as_deref() == Some("ReplacementRequired");
+    if machine.running != want_running && (abilities.power || !(unsupported || replacing)) {
         return Err(format!(
             "machine running={} but powerState {:?} (abilities {abilities:?}, Synced {:?})",
             machine.running,
@@ -207,6 +212,27 @@ pub(super) async fn run(world: &mut World) -> Result<(), String> {
         }
         let by = Duration::from_secs(world.rng.below(15));
         advance(world, by).await;
+    }
+    // Settled is quiet: more reconciles write nothing (a VM whose conditions alternate, each
+    // reconcile undoing what the last one said, writes its status every time).
+    let settled = world
+        .latest()
+        .and_then(|vm| vm.status.clone())
+        .unwrap_or_default();
+    for _ in 0..3 {
+        reconcile(world, &mut attempts);
+        advance(world, Duration::from_secs(20)).await;
+        let now = world
+            .latest()
+            .and_then(|vm| vm.status.clone())
+            .unwrap_or_default();
+        if !vmop::api::conditions::same(&settled, &now) {
+            return Err(format!(
+                "the status still changes after settling: Synced {:?} -> {:?}",
+                synced_reason_of(&settled),
+                synced_reason_of(&now)
+            ));
+        }
     }
     converged(world)?;
     let mut vm = world.latest().cloned().ok_or("no object")?;

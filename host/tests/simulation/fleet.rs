@@ -127,6 +127,7 @@ struct Detached {
     desired_mib: u64,
     writes: Vec<Operation>,
     deletes: Vec<String>,
+    calls: u32,
 }
 
 impl Detached {
@@ -138,6 +139,7 @@ impl Detached {
             desired_mib: fake.desired_mib,
             writes: fake.writes,
             deletes: fake.deletes,
+            calls: fake.calls,
         }
     }
 
@@ -152,6 +154,7 @@ impl Detached {
             desired_mib: self.desired_mib,
             writes: std::mem::take(&mut self.writes),
             deletes: std::mem::take(&mut self.deletes),
+            calls: self.calls,
         };
         let out = act(&mut fake);
         *self = Detached::of(fake);

@@ -75,6 +75,7 @@ mod report;
 pub(crate) mod status;
 
 pub use attempts::Attempts;
+pub use calls::is_drift_check;
 pub use connection::selector as connection_selector;
 pub use decide::Facts;
 pub use effects::{Effects, Severity};

@@ -189,6 +189,13 @@ fn converge(facts: &Facts, machine: &VmStatus) -> Action {
         };
     }
     if day2.power == PowerState::Running && !running {
+        // Neither can be done: say the replacement, which the VM remembers only through its
+        // `Synced` reason. Saying `PowerNotSupported` would forget it, ask `update` again,
+        // and alternate the two conditions on every reconcile (the day-2 simulation, seed 39
+        // of its schedules with a listing answering drift checks).
+        if !day2.capabilities.power && stale && day2.replacement_required {
+            return Action::ReplacementRequired(machine.clone());
+        }
         return power(facts, machine, false);
     }
     if stale && day2.replacement_required {
