@@ -31,6 +31,13 @@
 //!   (`tests::a_consistent_get_confirms_the_deletion_of_the_sole_machine`; the simulation's
 //!   `no_schedule_leaks_duplicates_or_sticks`, whose calls by id lag past the grace period
 //!   unless the plugin declares the capability, leaks a machine when the shortcut ignores it).
+//! - Freshness: a drift check's [`Step::Get`] may be answered from the ProviderConfig's cloud
+//!   view (`provider_config::view`: a listing begun after this process last changed the
+//!   machine) instead of a call. A listing only ever answers "present", possibly stale; absence,
+//!   deletion, every step after a change, `find` and `location` are always asked of the
+//!   plugin, so the rules above about absence hold unchanged (the simulation answers drift
+//!   checks from a stale listing in `no_schedule_leaks_duplicates_or_sticks` and the day-2
+//!   schedules).
 //! - Day 2 (`converge.rs`): a paused VM asks nothing and does nothing; an `ObserveOnly` VM is
 //!   never created, updated, powered or deleted (its deletion leaves the machine); an export
 //!   whose capability the plugin lacks is never asked for (a condition says so instead); an
