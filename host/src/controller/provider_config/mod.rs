@@ -3,7 +3,7 @@
 //!
 //! `Ready` says the configuration is usable, not that the credentials are accepted (a refused
 //! call shows up as `Synced=False` on the VMs). Its only cloud calls are the listings of the
-//! cloud view, for plugins that can `list` ([`inventory`]): once per resync period.
+//! cloud view, for plugins that can `list` (`inventory.rs`): once per resync period.
 
 mod inventory;
 pub(crate) mod locations;
