@@ -73,6 +73,7 @@ fn context(moto: &Moto, credentials: &AwsCredentials) -> Result<CallContext> {
                     credentials.secret_access_key.clone(),
                 ),
             ]),
+            cluster: "ec2-test".to_owned(),
         },
         egress: EgressPolicy::parse([moto.endpoint()])?,
         limits: CallLimits::default(),
