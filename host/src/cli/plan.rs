@@ -16,7 +16,7 @@ use serde::Deserialize;
 use crate::api::{ProviderConfig, VirtualMachine};
 use crate::controller::provider_config::Resolver;
 use crate::controller::runtime::limiter::Limiters;
-use crate::controller::vm::plan::{PlanRow, plan};
+use crate::controller::vm::plan::{PlanRow, orphan_rows, plan};
 use vmop_runtime::{
     CallLimits, Connections, EngineConfig, PluginEngine, PluginRegistry, RegistryConfig,
 };
@@ -112,6 +112,14 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
     let mut rows = Vec::with_capacity(vms.len());
     for vm in &vms {
         rows.push(plan(&resolver, vm, &cluster).await);
+    }
+    // Orphans are judged against every VM of the cluster: not for one namespace or a manifest.
+    if args.namespace.is_none() && args.filename.is_none() {
+        let uids = cluster
+            .iter()
+            .filter_map(|vm| vm.metadata.uid.clone())
+            .collect();
+        rows.extend(orphan_rows(&resolver, &uids).await);
     }
     print(&rows, args.output)?;
     match rows.iter().filter(|r| r.changes()).count() {

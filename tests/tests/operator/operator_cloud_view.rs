@@ -7,7 +7,7 @@
 //!   reported (`status.orphans`, Event `OrphansFound`) and, under `orphanPolicy: Delete`,
 //!   deleted once it is older than the creation grace period; one made moments ago is left
 //!   alone while it is inside the grace period; one with another cluster's mark is never
-//!   counted nor touched; the VM's own machine is untouched.
+//!   counted nor touched; the VM's own machine is untouched. `vmop plan` lists the orphan.
 //! - A plugin built against contract 0.2 (`testcloud-v02`) still runs a VM's whole life, with
 //!   no `list` asked of it.
 
@@ -117,6 +117,25 @@ async fn has_event(env: &Env, pc: &str, reason: &str) -> anyhow::Result<bool> {
         }))
 }
 
+/// `vmop plan -o json` over the whole cluster (orphans are judged against every VM).
+async fn plan_rows(env: &Env) -> anyhow::Result<Vec<serde_json::Value>> {
+    let args = env.operator();
+    let output = tokio::process::Command::new(operator_bin())
+        .args(["plan", "-o", "json", "--cluster-id", CLUSTER])
+        .arg("--plugin-dir")
+        .arg(&args.plugin_dir)
+        .args(["--operator-namespace", &args.namespace])
+        .env("KUBECONFIG", &args.kubeconfig)
+        .output()
+        .await?;
+    serde_json::from_slice(&output.stdout).with_context(|| {
+        format!(
+            "plan printed no JSON: {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn drift_checks_read_the_listing_and_orphans_are_reported_and_deleted_by_policy()
 -> anyhow::Result<()> {
@@ -201,6 +220,27 @@ async fn drift_checks_read_the_listing_and_orphans_are_reported_and_deleted_by_p
     ensure!(
         live(&env, &young)?,
         "an orphan inside the grace period was deleted"
+    );
+
+    // `vmop plan` lists the orphan it would leave (inside the grace period), not the machine
+    // of another cluster.
+    let rows = plan_rows(&env).await?;
+    let row = |id: &str| {
+        rows.iter()
+            .find(|r| r["name"] == id && r["provider"] == pc.as_str())
+    };
+    ensure!(
+        row(&young).is_some_and(|r| r["action"] == "orphaned"),
+        "plan: {:?}",
+        row(&young)
+    );
+    ensure!(
+        row(&other_cluster).is_none(),
+        "plan lists another cluster's machine"
+    );
+    ensure!(
+        row(&own).is_none(),
+        "plan lists the VM's own machine as an orphan"
     );
 
     ensure!(

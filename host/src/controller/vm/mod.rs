@@ -134,7 +134,7 @@ pub async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Req
         provider: &provider,
         vm: format!("{namespace}/{}", vm.name_any()),
         taken: Default::default(),
-        routine: calls::is_drift_check(&vm),
+        routine: is_drift_check(&vm),
     };
     let mut effects = Live::new(calls, &api, &ctx.events, spec, (*vm).clone());
     effects.view_freshness = facts::poll_interval(&vm, &ctx.options).saturating_mul(2);

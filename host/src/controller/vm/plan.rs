@@ -12,7 +12,12 @@
 //! - The grace period is taken as over (an operator that has been running long), so a machine
 //!   the cloud no longer shows is planned as `recreate`/`release`, what the operator will do
 //!   once the grace period has passed.
+//! - Orphans ([`orphan_rows`]): for every ProviderConfig whose plugin can `list`, one row per
+//!   machine with this cluster's mark and the uid of no VirtualMachine, `orphaned` (reported)
+//!   or, under `orphanPolicy: Delete` and past the grace period, `delete-orphan`; listed with
+//!   `list` only, and judged by the same `provider_config::view::orphans` as the operator.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use kube::ResourceExt;
@@ -22,9 +27,10 @@ use super::attempts::Attempts;
 use super::decide::{Action, Facts, Observed, Step, decide, restart_pending};
 use super::effects::claimant;
 use super::{facts, vm_spec};
-use crate::api::VirtualMachine;
+use crate::api::{OrphanPolicy, VirtualMachine};
+use crate::controller::provider_config::view;
 use crate::controller::provider_config::{Provider, ResolveError, Resolver};
-use crate::plugin::CallError;
+use crate::plugin::{CallError, Operation};
 use crate::telemetry::events::chain;
 
 /// One VM's plan.
@@ -36,7 +42,8 @@ pub struct PlanRow {
     pub provider: String,
     /// `nothing`, `create`, `adopt`, `update`, `restart`, `start`, `stop`, `recreate`,
     /// `delete`, `release`, `orphan`, `wait`, `paused`, `blocked`, or `unknown` when the
-    /// provider could not be asked.
+    /// provider could not be asked; for a machine of no VM (the row's name is the machine's
+    /// id, its namespace empty), `orphaned` or `delete-orphan`.
     pub action: String,
     /// Why, in a sentence.
     pub reason: String,
@@ -45,7 +52,10 @@ pub struct PlanRow {
 impl PlanRow {
     /// Whether the operator would change anything.
     pub fn changes(&self) -> bool {
-        !matches!(self.action.as_str(), "nothing" | "wait" | "paused")
+        !matches!(
+            self.action.as_str(),
+            "nothing" | "wait" | "paused" | "orphaned"
+        )
     }
 }
 
@@ -150,6 +160,101 @@ where
     F: Future<Output = Result<T, CallError>>,
 {
     f(provider).await.map_err(PlanError::Call)
+}
+
+/// The orphans of every ProviderConfig whose plugin can `list` (see the module docs), among
+/// the machines of `uids` (every VirtualMachine uid of the cluster); a ProviderConfig that
+/// cannot be resolved or listed is one `unknown` row.
+pub async fn orphan_rows(resolver: &Resolver, uids: &HashSet<String>) -> Vec<PlanRow> {
+    let mut rows = Vec::new();
+    let names: Vec<String> = resolver
+        .configs
+        .state()
+        .iter()
+        .map(|pc| pc.name_any())
+        .collect();
+    for name in names {
+        let row = |name: &str, action: &str, reason: String| PlanRow {
+            namespace: String::new(),
+            name: name.to_owned(),
+            provider: name.to_owned(),
+            action: action.to_owned(),
+            reason,
+        };
+        let provider = match resolver.resolve_name(&name).await {
+            Ok(provider) => provider,
+            Err(e) => {
+                rows.push(row(&name, "unknown", chain(&e)));
+                continue;
+            }
+        };
+        if !provider.plugin.info().has("list") {
+            continue;
+        }
+        let listed = view::list_all(provider.identity, |cursor| {
+            let provider = &provider;
+            async move {
+                provider
+                    .plugin
+                    .list(&provider.call, cursor.as_deref())
+                    .await
+                    .map_err(|source| crate::controller::error::Error::Call {
+                        op: Operation::List,
+                        source,
+                    })
+            }
+        })
+        .await;
+        let listing = match listed {
+            Ok(listing) => listing,
+            Err(e) => {
+                rows.push(row(&name, "unknown", chain(&e)));
+                continue;
+            }
+        };
+        let policy = resolver
+            .lookup(&name)
+            .map(|pc| pc.spec.orphan_policy)
+            .unwrap_or_default();
+        let all: HashSet<String> = listing.machines.keys().cloned().collect();
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        // Seen "twice": a plan is the operator's next step after a listing that agreed.
+        let found = view::orphans(
+            &listing.machines,
+            Some(&all),
+            &resolver.cluster_id,
+            uids,
+            provider.grace,
+            now_ms,
+        );
+        let mut ids: Vec<&String> = found.all.iter().collect();
+        ids.sort();
+        for id in ids {
+            let owner = listing
+                .machines
+                .get(id)
+                .and_then(|m| m.status.owner.clone())
+                .unwrap_or_default();
+            let deletable = found.deletable.contains(id);
+            let (action, what) = match (policy, deletable) {
+                (OrphanPolicy::Delete, true) => ("delete-orphan", "orphanPolicy Delete"),
+                (OrphanPolicy::Delete, false) => ("orphaned", "inside the grace period or undated"),
+                (OrphanPolicy::Report, _) => ("orphaned", "orphanPolicy Report"),
+            };
+            let mut r = row(
+                id,
+                action,
+                format!(
+                    "carries this cluster's mark and uid {owner}, which no VirtualMachine has ({what})"
+                ),
+            );
+            r.provider = name.clone();
+            rows.push(r);
+        }
+    }
+    rows
 }
 
 /// The plan's words for an action.
