@@ -365,7 +365,7 @@ struct Fake<'w> {
 impl Fake<'_> {
     /// Machine `id` as a listing taken before the last change behind the operator's back may
     /// still show it: present, in the power state it had, even if it is gone since.
-    fn from_listing(&mut self, id: &str) -> Option<VmStatus> {
+    fn listed(&mut self, id: &str) -> Option<VmStatus> {
         let first = self.calls == 0;
         if !(first && self.world.faults && is_drift_check(&self.vm) && self.world.rng.chance(40)) {
             return None;
@@ -619,7 +619,7 @@ impl Effects for Fake<'_> {
     }
 
     async fn get(&mut self, id: &str) -> Result<Option<VmStatus>, Error> {
-        if let Some(listed) = self.from_listing(id) {
+        if let Some(listed) = self.listed(id) {
             return Ok(Some(listed));
         }
         self.perform(Operation::Get, format!("get {id}"), |f| {

@@ -115,7 +115,7 @@ impl Calls<'_> {
 
     /// Machine `id` from the ProviderConfig's cloud view, for the first observation of a drift
     /// check only (see `provider_config::view` for when the view may answer); `None`: ask `get`.
-    pub fn from_view(&self, id: &str, freshness: Duration) -> Option<VmStatus> {
+    pub fn viewed(&self, id: &str, freshness: Duration) -> Option<VmStatus> {
         let first = self.taken.load(Ordering::Relaxed) == 0;
         (self.routine && first && self.ctx.options.cloud_view)
             .then(|| self.ctx.views.machine(self.provider, id, freshness))

@@ -133,7 +133,7 @@ impl Effects for Live<'_> {
     }
 
     async fn get(&mut self, id: &str) -> Result<Option<VmStatus>, Error> {
-        if let Some(machine) = self.calls.from_view(id, self.view_freshness) {
+        if let Some(machine) = self.calls.viewed(id, self.view_freshness) {
             return Ok(Some(machine));
         }
         self.calls.get(id).await
