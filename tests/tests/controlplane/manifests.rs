@@ -335,7 +335,7 @@ async fn service_account_holds_only_what_the_operator_needs() -> anyhow::Result<
     let own = ["--namespace", OPERATOR_NAMESPACE];
     let elsewhere = ["--namespace", other.as_str()];
     let status = ["--subresource=status", "--all-namespaces"];
-    let allowed: [(&str, &str, &[&str]); 16] = [
+    let allowed: [(&str, &str, &[&str]); 17] = [
         ("watch", "virtualmachines.vmop.dev", &all),
         ("patch", "virtualmachines.vmop.dev", &elsewhere),
         ("patch", "virtualmachines.vmop.dev", &status),
@@ -360,8 +360,9 @@ async fn service_account_holds_only_what_the_operator_needs() -> anyhow::Result<
         ("watch", "secrets", &own),
         ("create", "leases.coordination.k8s.io", &own),
         ("update", "leases.coordination.k8s.io", &own),
+        ("get", "namespaces/kube-system", &[]),
     ];
-    let denied: [(&str, &str, &[&str]); 18] = [
+    let denied: [(&str, &str, &[&str]); 19] = [
         ("get", "secrets", &elsewhere),
         ("list", "secrets", &all),
         ("create", "secrets", &own),
@@ -382,6 +383,7 @@ async fn service_account_holds_only_what_the_operator_needs() -> anyhow::Result<
         ("update", "providerconfigs.vmop.dev", &[]),
         ("create", "leases.coordination.k8s.io", &elsewhere),
         ("list", "namespaces", &[]),
+        ("get", "namespaces/default", &[]),
         ("delete", "configmaps", &elsewhere),
         ("*", "*", &all),
     ];
