@@ -194,6 +194,21 @@ pub struct Limits {
     #[schemars(range(min = 1, max = 10000), transform = super::int32)]
     pub burst: u32,
 
+    /// Sustained rate of calls that change machines (create, update, start, stop, delete),
+    /// within `requestsPerSecond`: clouds throttle these on a bucket of their own (EC2: 5 a
+    /// second), so pacing them here keeps a create storm from spending the reads' budget on
+    /// throttle answers. A throttle answer to such a call halves this rate only. Unset: they
+    /// share `requestsPerSecond` with the reads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10000), transform = super::int32)]
+    pub mutating_requests_per_second: Option<u32>,
+
+    /// Calls that change machines that may be made at once above their sustained rate
+    /// (default: `mutatingRequestsPerSecond`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10000), transform = super::int32)]
+    pub mutating_burst: Option<u32>,
+
     /// Plugin calls in flight at the same time for this ProviderConfig.
     #[serde(default = "defaults::max_concurrent_calls")]
     #[schemars(range(min = 1, max = 1024), transform = super::int32)]
@@ -235,6 +250,8 @@ impl Default for Limits {
             memory_mib: defaults::memory_mib(),
             requests_per_second: defaults::requests_per_second(),
             burst: defaults::burst(),
+            mutating_requests_per_second: None,
+            mutating_burst: None,
             max_concurrent_calls: defaults::max_concurrent_calls(),
             creation_grace_period_seconds: defaults::creation_grace_period_seconds(),
         }

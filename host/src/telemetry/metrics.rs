@@ -128,6 +128,7 @@ struct Inner {
     call_duration: HistogramFamily<CallLabels>,
     calls: Family<CallLabels, Counter>,
     call_budget: Family<ProviderConfigLabels, Gauge<f64, AtomicU64>>,
+    write_budget: Family<ProviderConfigLabels, Gauge<f64, AtomicU64>>,
     cloud_machines: Family<ProviderConfigLabels, Gauge>,
     orphans: Family<ProviderConfigLabels, Gauge>,
     plugin_load: HistogramFamily<LoadLabels>,
@@ -219,6 +220,12 @@ impl Metrics {
             "Plugin calls per second a ProviderConfig may make now: its requestsPerSecond, halved by each throttle answer of the cloud and climbing back without one",
             call_budget.clone(),
         );
+        let write_budget = Family::default();
+        registry.register(
+            "vmop_provider_mutating_call_budget",
+            "Plugin calls that change machines per second a ProviderConfig may make now (with mutatingRequestsPerSecond set): halved by each throttle answer to such a call, climbing back without one",
+            write_budget.clone(),
+        );
         let cloud_machines = Family::default();
         registry.register(
             "vmop_cloud_machines",
@@ -255,6 +262,7 @@ impl Metrics {
                 call_duration,
                 calls,
                 call_budget,
+                write_budget,
                 cloud_machines,
                 orphans,
                 plugin_load,
@@ -337,8 +345,19 @@ impl Metrics {
             provider_config: provider_config.to_owned(),
         };
         self.inner.call_budget.remove(&labels);
+        self.inner.write_budget.remove(&labels);
         self.inner.cloud_machines.remove(&labels);
         self.inner.orphans.remove(&labels);
+    }
+
+    /// Sets `vmop_provider_mutating_call_budget` of a ProviderConfig (calls per second).
+    pub fn set_write_budget(&self, provider_config: &str, per_second: f64) {
+        self.inner
+            .write_budget
+            .get_or_create(&ProviderConfigLabels {
+                provider_config: provider_config.to_owned(),
+            })
+            .set(per_second);
     }
 
     /// Sets `vmop_cloud_machines` and `vmop_orphans` of a ProviderConfig from its last listing.

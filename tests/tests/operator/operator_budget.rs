@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use anyhow::ensure;
 use futures::future::try_join_all;
 use kube::api::ListParams;
-use vmop_tests::cloud::{self, Cloud, Config};
+use vmop::api::ProviderConfig;
+use vmop_tests::cloud::{self, Cloud, Config, Ec2Limits, RateLimit};
 use vmop_tests::operator::{Env, Operator};
 
 use crate::operator_bin;
@@ -103,4 +104,84 @@ async fn a_throttle_storm_shrinks_the_budget_and_it_recovers_without_a_leak() ->
     );
 
     delete_all_leaving_nothing(&env, &cloud).await
+}
+
+/// A cloud that throttles mutating calls on a bucket of its own (EC2's model: 4 a second here,
+/// reads 20), and 20 VMs created at once. Without `mutatingRequestsPerSecond` the creates run
+/// into the cloud's mutating bucket (429s); paced at the cloud's rate they never do, and every
+/// VM becomes Ready with its one machine.
+#[tokio::test(flavor = "multi_thread")]
+async fn creates_paced_to_the_clouds_mutating_bucket_are_never_throttled() -> anyhow::Result<()> {
+    let ample = RateLimit {
+        per_second: 1000.0,
+        burst: 1000,
+    };
+    let limits = Ec2Limits {
+        read: RateLimit {
+            per_second: 20.0,
+            burst: 100,
+        },
+        mutate: RateLimit {
+            per_second: 4.0,
+            burst: 4,
+        },
+        run: ample,
+        terminate: ample,
+    };
+    let mut throttled = Vec::new();
+    for paced in [false, true] {
+        let env = Env::new(if paced { "paced" } else { "unpaced" }).await?;
+        let cloud = Cloud::start(Config::default().with_ec2(limits)).await?;
+        let provider = provider_with(&env, &cloud, 100).await?;
+        if paced {
+            let mut pc: ProviderConfig = env.provider_configs().get(&provider).await?;
+            pc.spec.limits.mutating_requests_per_second = Some(4);
+            pc.spec.limits.mutating_burst = Some(4);
+            env.apply_provider_config(&pc).await?;
+        }
+        let _operator = env.operator().start(operator_bin())?;
+        let names: Vec<String> = (0..VMS).map(|i| format!("vm-{i}")).collect();
+        try_join_all(names.iter().map(|name| {
+            let vm = env.vm(name, &provider).image(cloud::IMAGE);
+            let env = &env;
+            async move { env.create_vm(vm).await }
+        }))
+        .await?;
+        let started = Instant::now();
+        loop {
+            let vms = env.vms().list(&ListParams::default()).await?.items;
+            if vms.len() == VMS && vms.iter().all(is_ready) {
+                break;
+            }
+            ensure!(
+                started.elapsed() < DEADLINE,
+                "not all Ready after {DEADLINE:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let stats = cloud.stats();
+        eprintln!(
+            "paced={paced}: {VMS} VMs Ready in {:.1} s; {} mutating calls, {} answered 429",
+            started.elapsed().as_secs_f64(),
+            stats.mutates,
+            stats.throttled_mutates
+        );
+        ensure!(
+            cloud.machines().len() == VMS,
+            "{} machines for {VMS} VMs",
+            cloud.machines().len()
+        );
+        throttled.push(stats.throttled_mutates);
+        delete_all_leaving_nothing(&env, &cloud).await?;
+    }
+    ensure!(
+        throttled.first().is_some_and(|n| *n > 0),
+        "unpaced creates were never throttled: the test shows nothing"
+    );
+    ensure!(
+        throttled.get(1) == Some(&0),
+        "paced creates were throttled {:?} times",
+        throttled.get(1)
+    );
+    Ok(())
 }

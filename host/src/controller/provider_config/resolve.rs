@@ -120,6 +120,22 @@ impl Provider {
         self.limiter.try_acquire_routine()
     }
 
+    /// [`Provider::try_permit`] for a call that changes a machine (the mutating budget too).
+    pub fn try_write_permit(&self, caller: &str, taken: u32) -> Result<Permit, Duration> {
+        self.limiter.try_acquire_write(caller, taken)
+    }
+
+    /// The cloud throttled a call that changes a machine; returns the shared and the mutating
+    /// budget now.
+    pub fn write_throttled(&self) -> (f64, Option<f64>) {
+        self.limiter.write_throttled()
+    }
+
+    /// Calls that change machines allowed per second now, when they have their own budget.
+    pub fn write_budget(&self) -> Option<f64> {
+        self.limiter.write_budget()
+    }
+
     /// The cloud answered a call "throttled": fewer calls per second from now on (climbing
     /// back while it does not). Returns the budget now, calls per second.
     pub fn throttled(&self) -> f64 {

@@ -101,6 +101,11 @@ impl TokenBucket {
         }
     }
 
+    /// Puts back a token taken for a call that was not made after all.
+    pub fn give_back(&mut self) {
+        self.tokens = (self.tokens + 1.0).min(self.burst);
+    }
+
     /// Takes one token now, or sets the next free one aside and says when it is due.
     pub fn reserve(&mut self, now: Instant) -> Option<Instant> {
         self.refill(now);

@@ -13,6 +13,10 @@
 //! - A caller told to come back is holding a reservation: the token is set aside for it (the
 //!   bucket goes into debt), so callers turned away together come back spaced at the rate
 //!   instead of all at once.
+//! - Calls that change machines ([`Limiter::try_acquire_write`]) also take a token of the
+//!   mutating bucket when `mutatingRequestsPerSecond` is set: over any window of `t` seconds at
+//!   most `mutatingBurst + mutatingRate * t` of them, and a throttle answer to one of them
+//!   halves that rate, not the reads' (`writes_are_paced_by_their_own_bucket`).
 //! - Routine calls (the drift check of a settled VM, [`Limiter::try_acquire_routine`]) yield:
 //!   they get a token only while nobody holds a reservation, and never reserve one, so VMs
 //!   with work to do are not queued behind the periodic checks of healthy ones
@@ -60,6 +64,8 @@ const ROUTINE_SPREAD: Duration = Duration::from_secs(1);
 pub struct Limiter {
     limits: Limits,
     bucket: Mutex<TokenBucket>,
+    /// `mutatingRequestsPerSecond`'s bucket, when set.
+    writes: Option<Mutex<TokenBucket>>,
     /// Tokens set aside for callers, by caller key.
     reservations: Mutex<Reservations>,
     in_flight: Arc<Semaphore>,
@@ -80,6 +86,10 @@ impl Limiter {
                 limits.burst,
                 Instant::now(),
             )),
+            writes: limits.mutating_requests_per_second.map(|rate| {
+                let burst = limits.mutating_burst.unwrap_or(rate);
+                Mutex::new(TokenBucket::new(rate, burst, Instant::now()))
+            }),
             reservations: Mutex::new(HashMap::new()),
             in_flight: Arc::new(Semaphore::new(limits.max_concurrent_calls.max(1) as usize)),
         }
@@ -117,6 +127,47 @@ impl Limiter {
         }
         reservations.insert(caller.to_owned(), Reservation { due, left: need });
         Err(due - now)
+    }
+
+    /// [`Limiter::try_acquire`] for a call that changes a machine: first a token of the mutating
+    /// bucket (when there is one; without one, the caller comes back when it is due, and no
+    /// token of the shared bucket is spent or reserved meanwhile). Never waits.
+    pub fn try_acquire_write(&self, caller: &str, taken: u32) -> Result<Permit, Duration> {
+        let Some(writes) = &self.writes else {
+            return self.try_acquire(caller, taken);
+        };
+        let now = Instant::now();
+        writes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .try_take(now)?;
+        self.try_acquire(caller, taken).inspect_err(|_| {
+            writes
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .give_back();
+        })
+    }
+
+    /// The cloud throttled a call that changes a machine: the mutating bucket's rate is halved
+    /// when there is one, else the shared one's. Returns the shared rate and the mutating rate.
+    pub fn write_throttled(&self) -> (f64, Option<f64>) {
+        match &self.writes {
+            Some(writes) => {
+                let now = Instant::now();
+                let mut writes = writes.lock().unwrap_or_else(PoisonError::into_inner);
+                writes.throttled(now);
+                (self.budget(), Some(writes.rate(now)))
+            }
+            None => (self.throttled(), None),
+        }
+    }
+
+    /// Calls that change machines allowed per second now, when they have their own bucket.
+    pub fn write_budget(&self) -> Option<f64> {
+        let writes = self.writes.as_ref()?;
+        let mut writes = writes.lock().unwrap_or_else(PoisonError::into_inner);
+        Some(writes.rate(Instant::now()))
     }
 
     /// A permit for a routine call, or how long to wait: refused while any caller holds a
@@ -210,6 +261,45 @@ mod tests {
             max_concurrent_calls: concurrent,
             ..Limits::default()
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn writes_are_paced_by_their_own_bucket() {
+        let limiter = Limiter::new(&Limits {
+            mutating_requests_per_second: Some(2),
+            mutating_burst: Some(2),
+            ..limits(100, 100, 100)
+        });
+        let mut held = Vec::new();
+        for i in 0..2 {
+            held.push(limiter.try_acquire_write(&format!("w{i}"), 0).unwrap());
+        }
+        let wait = limiter.try_acquire_write("w2", 0).unwrap_err();
+        assert_eq!(
+            wait,
+            Duration::from_millis(500),
+            "the mutating bucket is empty"
+        );
+        // Reads still flow, and the refused write spent none of their tokens.
+        for i in 0..98 {
+            held.push(limiter.try_acquire(&format!("r{i}"), 0).unwrap());
+        }
+        assert!(
+            limiter.try_acquire("r98", 0).is_err(),
+            "the shared bucket held 100"
+        );
+        tokio::time::advance(Duration::from_millis(500)).await;
+        // A throttle answer to a write halves the writes' rate, not the reads'.
+        let (shared, writes) = limiter.write_throttled();
+        assert_eq!(writes, Some(1.0));
+        assert!(shared > 99.0, "{shared}");
+        let unpaced = Limiter::new(&limits(100, 100, 100));
+        assert_eq!(unpaced.write_throttled().1, None);
+        assert_eq!(
+            unpaced.budget(),
+            50.0,
+            "without a mutating bucket a write's throttle halves the shared one"
+        );
     }
 
     #[tokio::test(start_paused = true)]

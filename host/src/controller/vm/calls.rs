@@ -60,7 +60,7 @@ impl Calls<'_> {
     /// throttled here, refused by the egress policy, or no connection made).
     pub async fn create(&self, spec: &VmSpec) -> (Result<VmStatus, Error>, bool) {
         let op = Operation::Create;
-        let _permit = match self.permit() {
+        let _permit = match self.permit(op) {
             Ok(permit) => permit,
             Err(retry_after) => return (Err(Error::Throttled { op, retry_after }), false),
         };
@@ -131,16 +131,18 @@ impl Calls<'_> {
         F: Future<Output = Result<T, CallError>>,
     {
         let _permit = self
-            .permit()
+            .permit(op)
             .map_err(|retry_after| Error::Throttled { op, retry_after })?;
         let started = Instant::now();
         let result = call(self.provider).await;
         self.record(op, result, started.elapsed())
     }
 
-    fn permit(&self) -> Result<Permit, Duration> {
+    fn permit(&self, op: Operation) -> Result<Permit, Duration> {
         let taken = self.taken.load(Ordering::Relaxed);
-        let permit = if self.routine && taken == 0 {
+        let permit = if op.writes() {
+            self.provider.try_write_permit(&self.vm, taken)?
+        } else if self.routine && taken == 0 {
             self.provider.try_routine_permit()?
         } else {
             self.provider.try_permit(&self.vm, taken)?
@@ -161,12 +163,15 @@ impl Calls<'_> {
             .metrics
             .provider_call(provider, op, outcome, elapsed);
         // Kept current by the calls themselves: it only changes while calls are made.
-        let budget = if outcome == CallOutcome::RateLimited {
-            self.provider.throttled()
-        } else {
-            self.provider.budget()
+        let (budget, write_budget) = match (outcome == CallOutcome::RateLimited, op.writes()) {
+            (true, true) => self.provider.write_throttled(),
+            (true, false) => (self.provider.throttled(), self.provider.write_budget()),
+            (false, _) => (self.provider.budget(), self.provider.write_budget()),
         };
         self.ctx.metrics.set_call_budget(provider, budget);
+        if let Some(write_budget) = write_budget {
+            self.ctx.metrics.set_write_budget(provider, write_budget);
+        }
         let outcome = match &result {
             Ok(_) => "ok",
             Err(e) => e.reason(),
