@@ -131,7 +131,10 @@ async fn find_and_location_answer_through_the_sandbox() -> anyhow::Result<()> {
 async fn oversized_pages_are_contract_violations() -> anyhow::Result<()> {
     let (_dir, hostile) = support::load("hostile").await?;
     assert_violation(hostile.list(&mode("huge-page"), None).await, "huge-page")?;
-    assert_violation(hostile.list(&mode("huge-cursor"), None).await, "huge-cursor")?;
+    assert_violation(
+        hostile.list(&mode("huge-cursor"), None).await,
+        "huge-cursor",
+    )?;
     let endless = hostile.list(&mode("endless"), Some("again")).await?;
     assert_eq!(endless.next.as_deref(), Some("again"), "the guest pages on");
     let (_dir, trivial) = support::load("trivial").await?;
@@ -145,9 +148,21 @@ async fn oversized_pages_are_contract_violations() -> anyhow::Result<()> {
 #[tokio::test]
 async fn a_plugin_built_for_contract_0_2_loads_and_cannot_list() -> anyhow::Result<()> {
     let (_dir, old) = support::load("vmop_fixture_testcloud_v02").await?;
-    ensure!(old.contract() == vmop::plugin::Contract::V0_2, "{:?}", old.contract());
-    ensure!(old.info().wit_version.starts_with("0.2."), "{:?}", old.info());
-    ensure!(!old.info().has("list"), "a 0.2 plugin declares list: {:?}", old.info());
+    ensure!(
+        old.contract() == vmop::plugin::Contract::V0_2,
+        "{:?}",
+        old.contract()
+    );
+    ensure!(
+        old.info().wit_version.starts_with("0.2."),
+        "{:?}",
+        old.info()
+    );
+    ensure!(
+        !old.info().has("list"),
+        "a 0.2 plugin declares list: {:?}",
+        old.info()
+    );
     let refused = old.list(&mode("ok"), None).await;
     ensure!(
         matches!(&refused, Err(CallError::Provider(ProviderError::Permanent(m))) if m.contains("0.2")),
