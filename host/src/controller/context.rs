@@ -67,6 +67,8 @@ pub struct Context {
     pub locations: Locations,
     /// Each ProviderConfig's last listing of its cloud.
     pub views: CloudViews,
+    /// VMs to reconcile now (a listing of the cloud saw their machine change).
+    pub vm_queue: futures::channel::mpsc::UnboundedSender<ObjectRef<VirtualMachine>>,
     pub pc_backoffs: Backoffs<ObjectRef<ProviderConfig>>,
     /// The shards this replica holds, when sharded; `None` reconciles everything.
     pub shards: Option<Arc<crate::leader::shards::Shards>>,

@@ -184,6 +184,7 @@ fn context(
         attempts: Attempts::new(),
         locations: Default::default(),
         views: Default::default(),
+        vm_queue: queues.vms.0.clone(),
         shards: held.clone(),
     })
 }

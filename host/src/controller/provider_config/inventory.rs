@@ -62,6 +62,14 @@ pub async fn refresh(ctx: &Context, pc: &ProviderConfig, provider: &Provider) ->
         }
     };
     let orphans = judge(ctx, pc, provider, &mut listing, last.as_deref()).await;
+    if let Some(last) = last.as_deref().filter(|l| l.identity == listing.identity) {
+        for id in view::changed(last, &listing) {
+            if let Some(vm) = ctx.index.vm_of_machine(&id) {
+                // A closed queue means the VM controller stopped: nothing left to trigger.
+                let _ = ctx.vm_queue.unbounded_send(vm);
+            }
+        }
+    }
     ctx.metrics
         .set_cloud_view(&name, listing.machines.len(), listing.orphans.len());
     tracing::debug!(provider_config = %name, machines = listing.machines.len(), orphans = listing.orphans.len(), elapsed_ms = listing.started.elapsed().as_millis() as u64, "listed the cloud");

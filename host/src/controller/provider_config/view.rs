@@ -14,6 +14,9 @@
 //!   ([`CloudViews::touch`]). Anything else calls `get`. Absence from the view is never
 //!   read as absence: the check calls `get`, so `decide`'s rules about absence (find, grace
 //!   period, location) hold exactly as without a view (test: `a_view_answers_only_what_it_may`).
+//! - A machine that a new listing shows otherwise than the last one, or no longer shows, has its
+//!   VM reconciled at once ([`changed`]), so drift shows within one listing period; the VM's
+//!   own drift checks keep running besides.
 //! - A listing is complete or it is not used: a failed or throttled page keeps the previous
 //!   listing, and a plugin that pages forever (more than [`MAX_PAGES`], or a cursor it already
 //!   gave) fails the listing (`a_listing_follows_cursors_to_the_end_and_refuses_a_loop`).
@@ -179,6 +182,20 @@ where
     Err(ListingError::TooManyPages)
 }
 
+/// The machines of `old` that `new` shows otherwise (another status) or not at all: their VMs
+/// are reconciled at once rather than at their next drift check, the way an informer's change
+/// triggers a reconcile.
+pub fn changed(old: &Listing, new: &Listing) -> Vec<String> {
+    let mut ids: Vec<String> = old
+        .machines
+        .iter()
+        .filter(|(id, m)| new.machines.get(*id).map(|n| &n.status) != Some(&m.status))
+        .map(|(id, _)| id.clone())
+        .collect();
+    ids.sort();
+    ids
+}
+
 /// What to do about a listing's orphans.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Orphans {
@@ -328,6 +345,29 @@ mod tests {
             matches!(growing, Err(ListingError::TooManyPages)),
             "{growing:?}"
         );
+    }
+
+    #[test]
+    fn changed_machines_are_those_shown_otherwise_or_gone() {
+        let listing = |machines: Vec<ListedMachine>| Listing {
+            started: Instant::now(),
+            identity: 1,
+            machines: by_id(machines),
+            orphans: HashSet::new(),
+        };
+        let old = listing(vec![
+            machine("same", Some("u1"), Some("c"), None),
+            machine("stopped", Some("u2"), Some("c"), None),
+            machine("gone", Some("u3"), Some("c"), None),
+        ]);
+        let mut stopped = machine("stopped", Some("u2"), Some("c"), None);
+        stopped.status.phase = Phase::Stopped;
+        let new = listing(vec![
+            machine("same", Some("u1"), Some("c"), None),
+            stopped,
+            machine("new", Some("u4"), Some("c"), None),
+        ]);
+        assert_eq!(changed(&old, &new), ["gone", "stopped"]);
     }
 
     #[test]

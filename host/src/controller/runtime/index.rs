@@ -27,11 +27,34 @@ type VmRef = ObjectRef<VirtualMachine>;
 struct Maps {
     by_provider: HashMap<String, HashSet<VmRef>>,
     provider_of: HashMap<VmRef, String>,
+    /// The VM recording each machine id (`status.id`).
+    by_machine: HashMap<String, VmRef>,
+    machine_of: HashMap<VmRef, String>,
     /// Filled by a completed list (`InitDone`), not only by single events.
     listed: bool,
 }
 
 impl Maps {
+    /// Sets the machine `vm` records.
+    fn record(&mut self, vm: &VmRef, machine: Option<&String>) {
+        if self.machine_of.get(vm) == machine {
+            return;
+        }
+        if let Some(old) = self.machine_of.remove(vm) {
+            self.by_machine.remove(&old);
+        }
+        if let Some(id) = machine {
+            self.machine_of.insert(vm.clone(), id.clone());
+            self.by_machine.insert(id.clone(), vm.clone());
+        }
+    }
+
+    fn apply(&mut self, vm: &VirtualMachine) -> Vec<String> {
+        let key = VmRef::from(vm);
+        self.record(&key, vm.status.as_ref().and_then(|s| s.id.as_ref()));
+        self.upsert(key, vm.spec.provider_config_ref.name.clone())
+    }
+
     /// Sets `vm`'s provider; returns the providers whose set changed.
     fn upsert(&mut self, vm: VmRef, provider: String) -> Vec<String> {
         match self.provider_of.insert(vm.clone(), provider.clone()) {
@@ -49,6 +72,7 @@ impl Maps {
     }
 
     fn remove(&mut self, vm: &VmRef) -> Option<String> {
+        self.record(vm, None);
         let provider = self.provider_of.remove(vm)?;
         self.detach(vm, &provider);
         Some(provider)
@@ -88,8 +112,7 @@ impl VmIndex {
     /// Applies one watch event.
     pub fn observe(&self, event: &Event<VirtualMachine>) {
         let changed = match event {
-            Event::Apply(vm) => lock(&self.current)
-                .upsert(VmRef::from(vm), vm.spec.provider_config_ref.name.clone()),
+            Event::Apply(vm) => lock(&self.current).apply(vm),
             Event::Delete(vm) => lock(&self.current)
                 .remove(&VmRef::from(vm))
                 .into_iter()
@@ -100,7 +123,7 @@ impl VmIndex {
             }
             Event::InitApply(vm) => {
                 if let Some(maps) = lock(&self.relisting).as_mut() {
-                    maps.upsert(VmRef::from(vm), vm.spec.provider_config_ref.name.clone());
+                    maps.apply(vm);
                 }
                 Vec::new()
             }
@@ -165,6 +188,11 @@ impl VmIndex {
                 .filter_map(|vm| vm.extra.uid.clone())
                 .collect()
         })
+    }
+
+    /// The VM whose `status.id` is machine `id`, if this index holds one.
+    pub fn vm_of_machine(&self, id: &str) -> Option<VmRef> {
+        lock(&self.current).by_machine.get(id).cloned()
     }
 
     /// How many VMs reference the ProviderConfig `name`.
@@ -236,6 +264,37 @@ mod tests {
             counts,
             BTreeMap::from([("aws".to_owned(), 1), ("gcp".to_owned(), 1)])
         );
+    }
+
+    #[test]
+    fn machines_map_to_the_vm_recording_them() {
+        let (tx, _rx) = futures::channel::mpsc::unbounded();
+        let index = VmIndex::new(tx);
+        assert_eq!(index.uids(), None, "nothing listed yet");
+        let mut one = vm("a", "one", "aws");
+        one.metadata.uid = Some("u-1".into());
+        index.observe(&Event::Init);
+        index.observe(&Event::InitApply(one.clone()));
+        index.observe(&Event::InitDone);
+        assert_eq!(index.uids(), Some(["u-1".to_owned()].into()));
+        assert_eq!(index.vm_of_machine("i-1"), None);
+        one.status = Some(crate::api::VirtualMachineStatus {
+            id: Some("i-1".into()),
+            ..Default::default()
+        });
+        index.observe(&Event::Apply(one.clone()));
+        assert_eq!(
+            names(index.vm_of_machine("i-1").into_iter().collect()),
+            ["a/one"]
+        );
+        one.status = Some(crate::api::VirtualMachineStatus {
+            id: Some("i-2".into()),
+            ..Default::default()
+        });
+        index.observe(&Event::Apply(one.clone()));
+        assert_eq!(index.vm_of_machine("i-1"), None, "the old id is forgotten");
+        index.observe(&Event::Delete(one));
+        assert_eq!(index.vm_of_machine("i-2"), None);
     }
 
     #[test]
