@@ -1,16 +1,19 @@
 #!/usr/bin/env python3
-"""The scale benchmark's tables from the driver's results.jsonl: per N, floor | base | vmop | peer |
-peer-same (the peer storing vmop's object), those that ran, with ratios vmop/peer,
-vmop/peer-same, vmop/base, vmop/floor and peer/floor (ratios of the means; each cell the range
-over the runs), then the writes per VM by verb and resource.
+"""The scale benchmark's tables from the driver's results.jsonl: per N, floor | base | vmop |
+vmop-nolist | peer | peer-same (the peer storing vmop's object), those that ran, with ratios
+vmop/peer, vmop/peer-same, vmop/base, vmop/vmop-nolist, vmop-nolist/peer, vmop/floor and
+peer/floor (ratios of the means; each cell the range over the runs), then the writes per VM by
+verb and resource. With runs against a throttled testcloud (run.sh --cloud ec2-like: the
+driver's -cloud, phases with "cloud" counters) and its limits (LIMITS.json, the testcloud's
+GET /v1/limits), also the cloud's figures and the bucket-limited floors.
 
-usage: summarize.py RESULTS.jsonl [META.txt] [LOADS.tsv]"""
+usage: summarize.py RESULTS.jsonl [META.txt] [LOADS.tsv] [LIMITS.json]"""
 import json
 import os
 import sys
 from collections import defaultdict
 
-IMPLS = ("floor", "base", "vmop", "peer", "peer-same")
+IMPLS = ("floor", "base", "vmop", "vmop-nolist", "peer", "peer-same")
 DRIVER_WRITES = ("POST virtualmachines", "DELETECOLLECTION virtualmachines")
 
 
@@ -61,7 +64,14 @@ MORE = [
 ]
 
 
-ONLY = {"testcloud CPU, create + delete": {"vmop", "base"}}
+# Rows only some impls have; "cloud": also any impl whose runs used the testcloud (the driver's -cloud).
+ONLY = {"testcloud CPU, create + delete": {"vmop", "base", "vmop-nolist", "cloud"}}
+
+
+def only(name, impl, runs):
+    if name not in ONLY:
+        return True
+    return impl in ONLY[name] or ("cloud" in ONLY[name] and all("cloud" in r["create"] for r in runs))
 
 
 def fmt(v):
@@ -87,15 +97,16 @@ def ratio(a, b):
 
 def table(groups, n, impls, rows):
     have = [i for i in IMPLS if i in impls]
-    pairs = [(a, b) for a, b in (("vmop", "peer"), ("vmop", "peer-same"), ("vmop", "base"), ("vmop", "floor"),
-                                 ("peer", "floor")) if a in have and b in have]
+    pairs = [(a, b) for a, b in (("vmop", "peer"), ("vmop", "peer-same"), ("vmop", "base"), ("vmop", "vmop-nolist"),
+                                 ("vmop-nolist", "peer"), ("vmop", "floor"), ("peer", "floor"))
+             if a in have and b in have]
     lines = ["| | " + " | ".join(f"{i} N={n}" for i in have) + "".join(f" | {a}/{b}" for a, b in pairs) + " |",
              "|---" * (1 + len(have) + len(pairs)) + "|"]
     for name, f, unit, floor_has in rows:
         cells, means = [], {}
         for i in have:
             rs = groups[(i, n)]
-            if (i == "floor" and not floor_has) or (name in ONLY and i not in ONLY[name]):
+            if (i == "floor" and not floor_has) or not only(name, i, rs):
                 cells.append("–")
                 means[i] = None
             elif f is None:  # writes: create + delete
@@ -139,6 +150,101 @@ def shards_table(groups, n, replicas, prefix):
     return lines
 
 
+def bucket_seconds(bucket, n):
+    """Seconds a full token bucket needs to grant n tokens: 0 within its burst."""
+    return max(0, n - bucket["burst"]) / bucket["perSecond"]
+
+
+def floors(limits, n):
+    """The bucket-limited floors of N creates and N deletes, in seconds: what EC2's buckets
+    alone allow, full at the phase start (the driver refills them), one mutating request and
+    one resource token per machine, no latency; the slowest bucket decides."""
+    ec2 = (limits or {}).get("ec2")
+    if not ec2:
+        return None
+    return {
+        "create": max(bucket_seconds(ec2["mutate"], n), bucket_seconds(ec2["run"], n)),
+        "delete": max(bucket_seconds(ec2["mutate"], n), bucket_seconds(ec2["terminate"], n)),
+    }
+
+
+def cloud(phase, *keys):
+    return sum(phase.get("cloud", {}).get(k, 0) for k in keys)
+
+
+def per_vm_hour(r):
+    """The cloud calls of the idle window per VM per hour."""
+    seconds = r["idle"]["seconds"]
+    return cloud(r["idle"], "reads", "mutates") / r["n"] * 3600 / seconds if seconds else 0.0
+
+
+def cloud_table(groups, n, impls, limits):
+    """The cloud's figures per impl: times against the bucket-limited floor, calls and 429s."""
+    have = [i for i in IMPLS if i in impls and all("cloud" in r["create"] for r in groups[(i, n)])]
+    if not have:
+        return []
+    floor = floors(limits, n)
+    rows = []
+
+    def ratio_to(phase):
+        if not floor or not floor[phase]:
+            return None
+        return lambda r: r[phase]["seconds"] / floor[phase]
+
+    rows.append(("create → all Ready", lambda r: r["create"]["seconds"], " s"))
+    rows.append(("… / bucket-limited floor", ratio_to("create"), "×"))
+    rows.append(("delete → all gone", lambda r: r["delete"]["seconds"], " s"))
+    rows.append(("… / bucket-limited floor", ratio_to("delete"), "×"))
+    for phase in ("create", "delete"):
+        rows.append((f"cloud calls per VM, {phase}: all",
+                     lambda r, p=phase: cloud(r[p], "reads", "mutates") / r["n"], ""))
+        rows.append((f"cloud calls per VM, {phase}: reads + mutations",
+                     (lambda r, p=phase: cloud(r[p], "reads") / r["n"],
+                      lambda r, p=phase: cloud(r[p], "mutates") / r["n"]), ""))
+        rows.append((f"throttled answers (429), {phase}",
+                     lambda r, p=phase: cloud(r[p], "throttledReads", "throttledMutates"), ""))
+    rows.append(("throttled answers (429), idle", lambda r: cloud(r["idle"], "throttledReads", "throttledMutates"), ""))
+    rows.append(("steady-state cloud calls per VM-hour (idle window)", per_vm_hour, ""))
+    pairs = [(a, b) for a, b in (("vmop", "vmop-nolist"), ("vmop", "peer"), ("vmop-nolist", "peer"))
+             if a in have and b in have]
+    lines = ["| | " + " | ".join(f"{i} N={n}" for i in have) + "".join(f" | {a}/{b}" for a, b in pairs) + " |",
+             "|---" * (1 + len(have) + len(pairs)) + "|"]
+    for name, f, unit in rows:
+        if f is None:
+            lines.append(f"| {name} | " + " | ".join("–" for _ in have) + "".join(" | –" for _ in pairs) + " |")
+            continue
+        cells, means = [], {}
+        for i in have:
+            rs = groups[(i, n)]
+            if isinstance(f, tuple):
+                a, b = [f[0](r) for r in rs], [f[1](r) for r in rs]
+                cells.append(f"{span(a)} + {span(b)}")
+                means[i] = mean(a) + mean(b)
+            else:
+                vals = [f(r) for r in rs]
+                cells.append(span(vals, unit))
+                means[i] = mean(vals)
+        lines.append(f"| {name} | " + " | ".join(cells)
+                     + "".join(f" | {ratio(means[a], means[b])}" for a, b in pairs) + " |")
+    out = [f"The cloud (EC2-like testcloud; counters of its GET /v1/stats over each phase; calls include "
+           f"those answered 429):", ""]
+    if floor:
+        ec2 = limits["ec2"]
+        desc = ", ".join(f"{k} {b['burst']} + {b['perSecond']:g}/s" for k, b in ec2.items())
+        out.append(f"Bucket-limited floor at N={n} (buckets: {desc}; full at each phase's start; one mutating "
+                   f"request and one RunInstances or TerminateInstances token per VM): create "
+                   f"{fmt(floor['create'])} s, delete {fmt(floor['delete'])} s"
+                   + ("" if floor["create"] and floor["delete"] else " (0: within the bursts, no ratio)")
+                   + f"; latency {limits.get('latencyMinMs', 0):g}–{limits.get('latencyMaxMs', 0):g} ms per call.")
+        out.append("")
+    idles = sorted({r["idle"]["seconds"] for i in have for r in groups[(i, n)]})
+    if idles:
+        out.append(f"Idle window: {fmt(idles[0])}–{fmt(idles[-1])} s (calls per VM-hour read well only over a "
+                   f"window of several of vmop's resync periods).")
+        out.append("")
+    return out + lines
+
+
 def requests(phase_result):
     """Writes and reads by "VERB resource" (reads: absent from runs before the driver kept them)."""
     return {**phase_result["writes"], **phase_result.get("reads", {})}
@@ -165,6 +271,9 @@ def requests_table(groups, n, impls):
 
 def main():
     runs = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+    limits = None
+    if len(sys.argv) > 4 and os.path.exists(sys.argv[4]) and os.path.getsize(sys.argv[4]):
+        limits = json.load(open(sys.argv[4]))
     meta = open(sys.argv[2]).read().strip() if len(sys.argv) > 2 and os.path.exists(sys.argv[2]) else ""
     loads = []
     if len(sys.argv) > 3 and os.path.exists(sys.argv[3]):
@@ -193,6 +302,9 @@ def main():
         out.append(f"## N = {n}  (runs: " + ", ".join(f"{i} ×{len(groups[(i, n)])}" for i in impls) + ")")
         out.append("")
         out += table(groups, n, impls, MAIN)
+        cloud_lines = cloud_table(groups, n, impls, limits)
+        if cloud_lines:
+            out += [""] + cloud_lines
         out += ["", "More figures:", ""]
         out += table(groups, n, impls, MORE)
         out.append("")
