@@ -71,6 +71,13 @@ use vmop::plugin::{Operation, UpdateOutcome, VmStatus};
 
 use super::{Abilities, Fake, HOME, Machine, Object, World, begin, run_once};
 
+#[path = "leases.rs"]
+mod leases;
+#[path = "timed.rs"]
+mod timed;
+
+pub(super) use timed::{KNOWN_GAP, Timed, run as run_timed};
+
 /// Steps of the faulty phase, per VM (plus a floor).
 const STEPS_PER_VM: u32 = 30;
 const MIN_STEPS: u32 = 120;
@@ -91,6 +98,16 @@ pub(super) enum Variant {
     /// The informer keeps lagging across an acquisition (an API server without
     /// `ShardedListAndWatch`: every replica watches every VM and never lists again).
     LaggingInformer,
+    /// Lease-timed: reconciles do not check the renew deadline by their own clock
+    /// (`Validity`); they stop only once the elector has stepped down.
+    WithoutValidity,
+    /// Lease-timed: clock rates far beyond the bound (0.5 to 1.5 of the simulation's).
+    SkewBeyondBound,
+    /// Lease-timed: no layout fence; every replica campaigns for its own layout's Leases.
+    Unfenced,
+    /// Lease-timed: a layout switch publishes the new layout without stamping the outgoing
+    /// Leases first.
+    UnstampedSwitch,
 }
 
 /// What the knobs of one schedule are.
@@ -112,6 +129,8 @@ struct Shared {
     in_call: BTreeMap<usize, usize>,
     /// Replicas whose process died at an await point (a crash fate).
     died: Vec<usize>,
+    /// The lease-timed schedules' control plane; then `holders` is unused.
+    control: Option<leases::Control>,
 }
 
 fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
@@ -214,14 +233,44 @@ impl FleetFx {
     fn enter(&self, op: Operation) -> InCall {
         let mut shared = lock(&self.shared);
         let (replica, vm, shard) = (self.replica, self.vm, self.shard);
-        let holder = shared.holders.get(shard as usize).copied().flatten();
         let mut broken = Vec::new();
-        if holder != Some(replica) {
-            broken.push(format!(
-                "replica {replica} calls {} for vm-{vm} without holding shard {shard} \
-                 (held by {holder:?})",
-                op.as_str()
-            ));
+        if let Some(control) = &shared.control {
+            // Held by its own clock's reading of its last renewal; nobody else's either.
+            let now = shared.world.now;
+            let uid = &self.fake.uid;
+            let holders = control.holders(uid, now);
+            let others: Vec<String> = holders
+                .iter()
+                .filter(|q| **q != replica)
+                .map(|q| control.describe(*q, uid, now))
+                .collect();
+            if !holders.contains(&replica) {
+                broken.push(format!(
+                    "replica {replica} calls {} for vm-{vm} without a valid hold: {}{}",
+                    op.as_str(),
+                    control.describe(replica, uid, now),
+                    if others.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", while {}", others.join("; "))
+                    }
+                ));
+            } else if !others.is_empty() {
+                broken.push(format!(
+                    "replica {replica} calls {} for vm-{vm} while {}",
+                    op.as_str(),
+                    others.join("; ")
+                ));
+            }
+        } else {
+            let holder = shared.holders.get(shard as usize).copied().flatten();
+            if holder != Some(replica) {
+                broken.push(format!(
+                    "replica {replica} calls {} for vm-{vm} without holding shard {shard} \
+                     (held by {holder:?})",
+                    op.as_str()
+                ));
+            }
         }
         match shared.in_call.get(&vm) {
             Some(other) if *other != replica => broken.push(format!(
@@ -361,6 +410,8 @@ impl Effects for FleetFx {
 struct Reconcile {
     replica: usize,
     vm: usize,
+    /// The VM's shard under the replica's layout.
+    shard: u32,
     future: Pin<Box<dyn Future<Output = Result<Outcome, Error>>>>,
 }
 
@@ -407,11 +458,6 @@ impl Fleet {
             .iter()
             .map(|o| o.versions.len() - 1)
             .collect()
-    }
-
-    fn shard_of_vm(&self, vm: usize) -> u32 {
-        let shards = self.world().shards;
-        self.uids.get(vm).map_or(0, |uid| shard_of(uid, shards))
     }
 
     /// Replica `replica` acquires free shard `shard`: the hook first, as `on_acquiring` runs
@@ -487,12 +533,38 @@ impl Fleet {
         self.note(format!("replica {replica} {what}"));
     }
 
-    /// Starts a reconcile of VM `vm` on its shard's holder, unless one is in flight there.
+    /// Starts a reconcile of VM `vm` on its shard's holder (lease-timed: on every running
+    /// replica that takes itself for one), unless one is in flight there.
     fn start(&mut self, vm: usize) {
-        let shard = self.shard_of_vm(vm);
-        let Some(replica) = self.world().holders.get(shard as usize).copied().flatten() else {
-            return;
+        let on: Vec<(usize, u32)> = {
+            let shared = self.world();
+            let uid = self.uids.get(vm).map_or("", String::as_str);
+            match &shared.control {
+                Some(control) => {
+                    let now = shared.world.now;
+                    (0..control.processes.len())
+                        .filter(|p| control.processes.get(*p).is_some_and(|q| q.can_run()))
+                        .filter_map(|p| {
+                            let s = control.shard(p, uid)?;
+                            control.believes(p, s, now).then_some((p, s))
+                        })
+                        .collect()
+                }
+                None => {
+                    let shard = shard_of(uid, shared.shards);
+                    let holder = shared.holders.get(shard as usize).copied().flatten();
+                    holder.map(|r| (r, shard)).into_iter().collect()
+                }
+            }
         };
+        for (replica, shard) in on {
+            self.start_on(replica, vm, shard);
+        }
+    }
+
+    /// Starts a reconcile of VM `vm` (of shard `shard`) on `replica`, unless one is in flight
+    /// there.
+    fn start_on(&mut self, replica: usize, vm: usize, shard: u32) {
         if self
             .reconciles
             .iter()
@@ -544,12 +616,40 @@ impl Fleet {
         self.reconciles.push(Reconcile {
             replica,
             vm,
+            shard,
             future,
         });
     }
 
-    /// Passes one await point of reconcile `index`.
+    /// Passes one await point of reconcile `index`. Lease-timed, the reconcile first checks
+    /// its hold (`while_holding`'s biased select): lost, it is dropped where it is.
     fn poll(&mut self, index: usize) {
+        let Some(&Reconcile {
+            replica, vm, shard, ..
+        }) = self.reconciles.get(index)
+        else {
+            return;
+        };
+        let (runs, holds) = {
+            let shared = self.world();
+            match &shared.control {
+                Some(control) => (
+                    control.processes.get(replica).is_some_and(|q| q.can_run()),
+                    control.believes(replica, shard, shared.world.now),
+                ),
+                None => (true, true),
+            }
+        };
+        if !runs {
+            return;
+        }
+        if !holds {
+            self.reconciles.remove(index);
+            self.note(format!(
+                "  replica {replica} drops its reconcile of vm-{vm}: its hold is lost"
+            ));
+            return;
+        }
         let Some(reconcile) = self.reconciles.get_mut(index) else {
             return;
         };
@@ -566,15 +666,41 @@ impl Fleet {
         }
         let died = std::mem::take(&mut self.world().died);
         for replica in died {
-            self.stop(replica, true);
+            if self.world().control.is_some() {
+                self.crash(replica);
+            } else {
+                self.stop(replica, true);
+            }
         }
+    }
+
+    /// The reconciles whose replica runs (lease-timed: not frozen), by index.
+    fn pollable(&self) -> Vec<usize> {
+        let shared = self.world();
+        let Some(control) = &shared.control else {
+            return (0..self.reconciles.len()).collect();
+        };
+        self.reconciles
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| {
+                control
+                    .processes
+                    .get(r.replica)
+                    .is_some_and(|q| q.can_run())
+            })
+            .map(|(i, _)| i)
+            .collect()
     }
 
     /// Runs every reconcile in flight to its end (no faults: each ends).
     fn finish(&mut self) {
         let mut guard = 0;
-        while !self.reconciles.is_empty() && guard < 10_000 {
-            self.poll(0);
+        while guard < 10_000 {
+            let Some(index) = self.pollable().first().copied() else {
+                break;
+            };
+            self.poll(index);
             guard += 1;
         }
     }
@@ -731,6 +857,12 @@ fn build(mut world: World, variant: Variant) -> Fleet {
             1 + rng.below(10) as usize
         },
     };
+    build_with(world, variant, shape)
+}
+
+/// Builds a fleet of `shape`: the plugin's abilities, the VMs (some adopting), the replicas.
+fn build_with(mut world: World, variant: Variant, shape: Shape) -> Fleet {
+    let rng = &mut world.rng;
     world.abilities = Abilities {
         update: rng.chance(60),
         power: rng.chance(60),
@@ -787,6 +919,7 @@ fn build(mut world: World, variant: Variant) -> Fleet {
             holders: vec![None; shape.shards as usize],
             in_call: BTreeMap::new(),
             died: Vec::new(),
+            control: None,
         })),
         replicas,
         reconciles: Vec::new(),
@@ -851,10 +984,49 @@ fn set_paused(fleet: &Fleet, vm: usize, paused: bool) {
     shared.world.commit(latest);
 }
 
-/// Advances the paused clock and the shared world.
-async fn tick(fleet: &Fleet, by: Duration) {
-    tokio::time::advance(by).await;
-    fleet.world().world.pass(by);
+/// Advances the paused clock and the shared world by `by`; lease-timed, the control plane
+/// does what falls due meanwhile, each step at its time.
+async fn tick(fleet: &mut Fleet, by: Duration) {
+    let target = fleet.world().world.now + by;
+    let mut guard = 0;
+    loop {
+        let next = fleet
+            .world()
+            .control
+            .as_ref()
+            .and_then(leases::Control::next_due);
+        let Some(at) = next.filter(|at| *at <= target) else {
+            break;
+        };
+        advance_to(fleet, at).await;
+        let effects = {
+            let mut shared = fleet.world();
+            let Shared { world, control, .. } = &mut *shared;
+            control.as_mut().map(|c| c.step(world)).unwrap_or_default()
+        };
+        fleet.apply(effects);
+        guard += 1;
+        if guard > 1_000_000 {
+            let mut shared = fleet.world();
+            shared
+                .world
+                .violations
+                .push("the control plane never settles".into());
+            break;
+        }
+    }
+    advance_to(fleet, target).await;
+}
+
+/// Advances the paused clock and the shared world to `at` (unless it is past), finishing the
+/// terminations due by then.
+async fn advance_to(fleet: &Fleet, at: Duration) {
+    let now = fleet.world().world.now;
+    if at >= now {
+        let by = at - now;
+        tokio::time::advance(by).await;
+        fleet.world().world.pass(by);
+    }
 }
 
 /// Reconciles every VM, then each again when its outcome asks (as the real requeue does: an
@@ -863,6 +1035,7 @@ async fn tick(fleet: &Fleet, by: Duration) {
 async fn settle(fleet: &mut Fleet) -> Result<(), String> {
     let vms = fleet.uids.len();
     let mut due: Vec<Option<Duration>> = vec![Some(Duration::ZERO); vms];
+    let timed = fleet.world().control.is_some();
     fleet.ended.clear();
     for _ in 0..SETTLE_ROUNDS {
         let now = fleet.world().world.now;
@@ -876,8 +1049,12 @@ async fn settle(fleet: &mut Fleet) -> Result<(), String> {
             *at = match fleet.ended.pop().map(|(_, outcome)| outcome) {
                 Some(Some(Outcome::Settled(_) | Outcome::Done | Outcome::Paused)) => None,
                 Some(Some(Outcome::After(after))) => Some(now + after),
-                // An error, a machine on its way, a block; or no reconcile (the VM is gone).
+                // An error, a machine on its way, a block.
                 Some(_) => Some(now + ROUND),
+                // No reconcile: the VM is gone, or (lease-timed) its shard is changing hands.
+                None if timed && fleet.world().world.objects.get(vm).is_some_and(|o| !o.gone) => {
+                    Some(now + ROUND)
+                }
                 None => None,
             };
             fleet.ended.clear();

@@ -45,16 +45,24 @@ async fn refused_credentials_wait_for_a_secret_fix_without_retrying() -> anyhow:
     );
     env.wait_vm_event("locked", "Unauthorized").await?;
 
-    // While a healthy VM goes through several periodic checks, the refused one is not retried.
+    // While a healthy VM goes through several periodic checks (the ec2 plugin can `list`: each
+    // listing of its ProviderConfig is the drift check of its VMs), the refused one is not
+    // retried.
     env.create_vm(env.vm("control", &control)).await?;
     env.wait_ready("control").await?;
+    let listings = format!("providerconfig/{control}");
+    let before = operator
+        .provider_calls()
+        .iter()
+        .filter(|c| c.vm == listings && c.op == "list")
+        .count();
     operator
         .wait_calls("three periodic checks of the control VM", |calls| {
             calls
                 .iter()
-                .filter(|c| c.vm.ends_with("/control") && c.op == "get")
+                .filter(|c| c.vm == listings && c.op == "list")
                 .count()
-                >= 3
+                >= before + 3
         })
         .await?;
     let locked_calls = operator.calls_for("locked");

@@ -7,9 +7,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use kube::ResourceExt;
 
 use super::Provider;
-use super::view::{self, Listing};
+use super::view::{self, Listing, ListingError};
 use crate::api::{OrphanPolicy, ProviderConfig};
 use crate::controller::context::Context;
+use crate::controller::error::Retry;
 use crate::controller::vm::calls::Calls;
 use crate::leader::shards::shard_of;
 use crate::telemetry::events::chain;
@@ -57,7 +58,7 @@ pub async fn refresh(ctx: &Context, pc: &ProviderConfig, provider: &Provider) ->
             let orphans = last.and_then(|l| u32::try_from(l.orphans.len()).ok());
             return Some(Refreshed {
                 orphans,
-                again_in: ctx.options.poll_interval.max(Duration::from_secs(1)),
+                again_in: retry_listing(&error, ctx.options.poll_interval, period),
             });
         }
     };
@@ -78,6 +79,21 @@ pub async fn refresh(ctx: &Context, pc: &ProviderConfig, provider: &Provider) ->
         orphans,
         again_in: period,
     })
+}
+
+/// When to list again after `error`: when the token or the cloud's delay is due, after the poll
+/// interval for a failure that may pass, and only at the next period for one that waits for a
+/// change (refused credentials, a permanent error: a change of the ProviderConfig or its Secret
+/// reconciles it at once anyway), so a refused listing is not retried into the cloud.
+fn retry_listing(error: &ListingError, poll: Duration, period: Duration) -> Duration {
+    match error {
+        ListingError::Page { source, .. } => match source.retry() {
+            Retry::Due(after) | Retry::After(after) => after.max(Duration::from_secs(1)),
+            Retry::Backoff | Retry::Poll => poll.max(Duration::from_secs(1)),
+            Retry::Slow | Retry::AwaitChange => period,
+        },
+        ListingError::RepeatedCursor { .. } | ListingError::TooManyPages => period,
+    }
 }
 
 /// Finds `listing`'s orphans among the machines whose owner this replica may judge (all, or
