@@ -693,8 +693,9 @@ const RETRY_AFTER_SECONDS: u32 = 6;
 
 /// A `503` with `Retry-After` (no EC2 error code) is retried no earlier than the
 /// cloud asked. The delay is longer than the grace period and the backoff, so a retry on
-/// either would show up before it; the VM is the only one behind its proxy, so every request
-/// the proxy sees is its.
+/// either would show up before it; the VM is the only one behind its proxy and the cloud view
+/// is off (its listings are the ProviderConfig's calls, not the VM's), so every request the
+/// proxy sees is the VM's.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_503_retry_after_is_honoured() -> anyhow::Result<()> {
     let env = Env::new("retryafter").await?;
@@ -708,7 +709,9 @@ async fn a_503_retry_after_is_honoured() -> anyhow::Result<()> {
         },
     )
     .times(1)]);
-    let _operator = operator_args(&env).start(operator_bin())?;
+    let _operator = operator_args(&env)
+        .args_from(["--cloud-view", "off"])
+        .start(operator_bin())?;
     let uid = create(&env, "vm", &provider).await?;
     env.wait_ready("vm").await?;
 
