@@ -165,6 +165,24 @@ fi
 # No limit of vmop's may set the pace: the plugin calls are not throttled (the defaults, 10/s in
 # bursts of 20 and 8 at once, would make the limiter, not the operator, the bottleneck), and the
 # testcloud has no read-after-write lag, so no creation grace period. No credentials.
+# Against the EC2-like cloud, vmop is configured as its user would be (VMOP_LIMITS=cloud, the
+# default there): every call within the cloud's read rate, calls that change machines within its
+# mutating rate, each with 80% of the cloud's burst (a full cloud bucket refills nothing while a
+# request travels); VMOP_LIMITS=none keeps the unthrottled limits above.
+limits="requestsPerSecond: 10000, burst: 10000, maxConcurrentCalls: 1024, creationGracePeriodSeconds: 0"
+if [ "$cloud" = ec2-like ] && [ "${VMOP_LIMITS:-cloud}" = cloud ]; then
+  limits=$(python3 - "$work/cloud-limits.json" <<'PY'
+import json, sys
+ec2 = json.load(open(sys.argv[1]))["ec2"]
+rate = lambda b: max(1, int(b["perSecond"]))
+burst = lambda b: max(1, int(b["burst"] * 0.8))
+print(f"requestsPerSecond: {rate(ec2['read'])}, burst: {burst(ec2['read'])}, "
+      f"mutatingRequestsPerSecond: {rate(ec2['mutate'])}, mutatingBurst: {burst(ec2['mutate'])}, "
+      "maxConcurrentCalls: 1024, creationGracePeriodSeconds: 0")
+PY
+)
+  say "vmop's ProviderConfig limits: $limits"
+fi
 kubectl apply --server-side --force-conflicts -f - >/dev/null <<EOF
 apiVersion: vmop.dev/v1alpha1
 kind: ProviderConfig
@@ -174,7 +192,7 @@ spec:
   config: {endpoint: "$endpoint"}
   allowedHosts: ["$endpoint"]
   allowPrivateNetworks: true
-  limits: {requestsPerSecond: 10000, burst: 10000, maxConcurrentCalls: 1024, creationGracePeriodSeconds: 0}
+  limits: {$limits}
 EOF
 watch=(-watch "apiserver=$(cat "$work/cp/apiserver.pid")" -watch "etcd=$(cat "$work/cp/etcd.pid")"
        -watch "testcloud=$testcloud_pid")
