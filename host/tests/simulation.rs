@@ -30,8 +30,17 @@
 //! strategies, edits during faults): no call lacks its capability, no write is asked twice in
 //! one reconcile, and the machine converges to the spec or the VM says why not.
 //!
+//! `simulation/fleet.rs` adds fleets: several replicas and VMs over one API server and cloud,
+//! their shards handed over by the scheduler, or (`simulation/timed.rs` over the control plane
+//! of `simulation/leases.rs`) held by the replicas' own elections, each replica going by its
+//! own clock, while replicas freeze, lose the API server, die, and roll from one layout
+//! (leader election, a shard count) to another. Never two replicas holding or calling for one
+//! VM at once; every VM converges.
+//!
 //! A failing seed prints its schedule. `VMOP_SIM_SEED=N` replays one seed (and prints its
-//! schedule); `VMOP_SIM_SEEDS=N` sets how many seeds run (default 10,000).
+//! schedule); `VMOP_SIM_SEEDS=N` sets how many seeds run (default 10,000; the day-2 and
+//! lagging-informer schedules run a fifth of them, the lease-timed and rollout schedules a
+//! tenth, to keep the binary's run time reasonable).
 
 #[path = "simulation/day2.rs"]
 mod day2;
@@ -1145,22 +1154,6 @@ async fn lease_seeds(name: &str, variant: fleet::Variant, kind: fleet::Timed, di
         let gaps = &gaps;
         async move {
             let (result, log) = fleet::run_timed(World::new(seed), variant, kind).await;
-            if std::env::var("VMOP_SIM_PROBE").is_ok() {
-                for line in &log {
-                    if line.contains(" ago, clock")
-                        || line.contains("still held")
-                        || line.contains("switches the layout")
-                        || line.contains("freezes")
-                        || line.contains("resumes")
-                        || line.contains(" from r")
-                    {
-                        eprintln!("PROBE {seed} {line}");
-                    }
-                }
-                if let Err(why) = &result {
-                    eprintln!("PROBEFAIL {seed} {why}");
-                }
-            }
             if log.iter().any(|line| line.contains(fleet::KNOWN_GAP)) {
                 gaps.set(gaps.get() + 1);
             }
@@ -1187,13 +1180,23 @@ const ROLLOUTS: fleet::Timed = fleet::Timed {
     strict: false,
 };
 
+/// Lease-timed fleets (`simulation/timed.rs`): Lease expiry by each replica's own clock, the
+/// clocks' rates inside the bound, replicas frozen, cut off from the API server, killed and
+/// restarted; one layout throughout. A tenth of the seeds.
 #[tokio::test(start_paused = true)]
 async fn fleet_leases_under_clock_skew_freezes_and_partitions_never_overlap() {
     lease_seeds("fleet, lease-timed", fleet::Variant::Default, LEASES, 10).await;
 }
 
+/// What the validity check prevents (`leader/validity.rs`, checked before a reconcile is
+/// polled): without it, a replica resuming from a freeze past its Lease keeps calling until its
+/// elector has run and stepped down. Ignored: it fails on purpose (206 of 1,000 seeds; seed 9 a
+/// leader calls `get` 5 s past its deadline by its clock; seed 68 replica 1, frozen in a
+/// reconcile of vm-6 from 44 s to 71 s, calls `location` for it while replica 0, which took
+/// `vmop-shard-2` over at 61 s, holds it).
 #[tokio::test(start_paused = true)]
-#[ignore = "fails on purpose: reconciles without the validity check"]
+#[ignore = "fails on purpose: without the validity check a replica resuming from a freeze past \
+            its Lease calls (seed 9), while another replica holds the VM (seed 68)"]
 async fn fleet_leases_without_the_validity_check_overlap() {
     lease_seeds(
         "fleet, lease-timed, without validity",
@@ -1204,8 +1207,15 @@ async fn fleet_leases_without_the_validity_check_overlap() {
     .await;
 }
 
+/// Clocks at 0.5 to 1.5 of the simulation's, far beyond the bound (a holder's clock may run
+/// at no less than `renew_deadline / lease_duration` = 2/3 of a candidate's): a slow holder cut
+/// off from the API server still holds by its clock when a fast candidate takes over. Ignored:
+/// it fails on purpose (55 of 1,000 seeds; seed 14: replica 1 at 0.50, partitioned, holds
+/// `vmop-shard-1` until 34.4 s by its clock, which reads 29.9 s, when replica 2 at 1.50 takes
+/// it over).
 #[tokio::test(start_paused = true)]
-#[ignore = "fails on purpose: clock skew beyond the bound"]
+#[ignore = "fails on purpose: clock skew beyond the bound lets two replicas hold a shard \
+            (seed 14)"]
 async fn fleet_leases_with_clock_skew_beyond_the_bound_overlap() {
     lease_seeds(
         "fleet, lease-timed, skew beyond the bound",
@@ -1216,13 +1226,21 @@ async fn fleet_leases_with_clock_skew_beyond_the_bound_overlap() {
     .await;
 }
 
+/// Lease-timed fleets rolled from one layout to another (a shard count to another, leader
+/// election to shards and back) once or twice during the faults, behind the layout fence
+/// (`leader/layout.rs`, `fence.rs`). A tenth of the seeds; a schedule stuck on the known gap of
+/// `fleet_rollouts_a_switch_that_conflicts_midway_strands_a_lease` ends there, counted.
 #[tokio::test(start_paused = true)]
 async fn fleet_rollouts_that_change_the_layout_never_overlap() {
     lease_seeds("fleet, rollouts", fleet::Variant::Default, ROLLOUTS, 10).await;
 }
 
+/// What the layout fence prevents: without it, the new layout's replicas campaign for their
+/// Leases at once, beside the old layout's. Ignored: it fails on purpose (550 of 1,000 seeds;
+/// seed 3: a `--shards 4` replica takes `vmop-shard-3` while a `--shards 2` replica holds
+/// `vmop-shard-1`, both covering vm-2).
 #[tokio::test(start_paused = true)]
-#[ignore = "fails on purpose: rollouts without the layout fence"]
+#[ignore = "fails on purpose: without the layout fence two layouts hold one VM (seed 3)"]
 async fn fleet_rollouts_without_the_layout_fence_overlap() {
     lease_seeds(
         "fleet, rollouts, unfenced",
@@ -1233,8 +1251,14 @@ async fn fleet_rollouts_without_the_layout_fence_overlap() {
     .await;
 }
 
+/// What the stamps prevent: a switch that publishes the new layout without stamping the
+/// outgoing Leases lets an old replica whose fence is stale (cut off from the API server, or
+/// frozen) take or renew one after the switch. Ignored: it fails on purpose (56 of 1,000
+/// seeds; seed 24: a `--shards 4` replica switches from leader election at 76 s; a leader
+/// replica cut off until 77 s, its fence still at the old generation, takes `vmop` at 77 s
+/// while `vmop-shard-0` is held, both covering vm-1).
 #[tokio::test(start_paused = true)]
-#[ignore = "fails on purpose: a layout switch that does not stamp the outgoing Leases"]
+#[ignore = "fails on purpose: a switch without stamps lets a stale replica in (seed 24)"]
 async fn fleet_rollouts_with_an_unstamped_switch_overlap() {
     lease_seeds(
         "fleet, rollouts, unstamped switch",
@@ -1245,8 +1269,16 @@ async fn fleet_rollouts_with_an_unstamped_switch_overlap() {
     .await;
 }
 
+/// A known gap of `leader/layout.rs`: a switch stamps the outgoing Leases one by one and gives
+/// up at the first conflict, leaving those already stamped with a generation that is never
+/// published; the layout in force is never admitted to them again, and their VMs are never
+/// reconciled. It happens when a replica of the old layout, seeing the new layout's Leases all
+/// free right after a switch, switches back while the new layout's replicas take them. Safety
+/// holds; liveness does not. Ignored until it is fixed (7 of 1,000 seeds; seed 93: after the
+/// switch from `--shards 4` to `--shards 2` at generation 2, a `--shards 4` replica stamps
+/// `vmop-shard-0` with generation 3 and conflicts on `vmop-shard-1`).
 #[tokio::test(start_paused = true)]
-#[ignore = "a known product gap: a layout switch that conflicts midway strands a Lease"]
+#[ignore = "a known product gap: a layout switch that conflicts midway strands a Lease (seed 93)"]
 async fn fleet_rollouts_a_switch_that_conflicts_midway_strands_a_lease() {
     lease_seeds(
         "fleet, rollouts, strict liveness",
