@@ -60,7 +60,7 @@
 
 mod assignment;
 mod elector;
-mod fence;
+pub mod fence;
 mod held;
 pub mod layout;
 mod partition;

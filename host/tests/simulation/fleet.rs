@@ -88,13 +88,13 @@
 //! without stamping the outgoing Leases (an old replica whose fence is not updated yet, or
 //! that resumes, takes or renews one: `fleet_rollouts_with_an_unstamped_switch_overlap`).
 //!
-//! A known gap of `leader/layout.rs`, behind an ignored test: a switch that stamps some of the
-//! outgoing Leases and then conflicts on another gives up, leaving those stamped with a
-//! generation never published; no replica of the layout in force is admitted to them again,
-//! so their VMs are never reconciled (a replica of the old layout switching back right after a
-//! switch, while the new layout's replicas take their shards). The rollout schedules end a
-//! schedule stuck on it there, counted in the test's output;
-//! `fleet_rollouts_a_switch_that_conflicts_midway_strands_a_lease` fails on it.
+//! A switch that stamps some of the outgoing Leases and then conflicts on another gives up,
+//! leaving those stamped with a generation never published (a replica of the old layout
+//! switching back right after a switch, while the new layout's replicas take their shards).
+//! A replica of the layout in force republishes it at that generation
+//! (`layout.rs` `adopt_stranded_stamps`); without that, no replica is admitted to those Leases
+//! again and their VMs are never reconciled
+//! (`fleet_rollouts_without_the_republish_strand_a_lease`).
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -121,7 +121,7 @@ mod leases;
 #[path = "timed.rs"]
 mod timed;
 
-pub(super) use timed::{KNOWN_GAP, Timed, run as run_timed};
+pub(super) use timed::{Timed, run as run_timed};
 
 /// Steps of the faulty phase, per VM (plus a floor).
 const STEPS_PER_VM: u32 = 30;
@@ -153,6 +153,9 @@ pub(super) enum Variant {
     /// Lease-timed: a layout switch publishes the new layout without stamping the outgoing
     /// Leases first.
     UnstampedSwitch,
+    /// Lease-timed: a replica whose layout is in force does not republish it at a generation a
+    /// switch abandoned midway stamped on its Leases.
+    WithoutRepublish,
 }
 
 /// What the knobs of one schedule are.

@@ -555,6 +555,9 @@ pub(super) struct Control {
     fenced: bool,
     /// A switch stamps the outgoing Leases before it publishes the layout.
     stamped: bool,
+    /// A replica whose layout is in force republishes it at the newest stamp on its Leases
+    /// (what a switch abandoned midway left).
+    republish: bool,
     /// The range process clock rates are drawn from, in ppm.
     rates: (u64, u64),
     /// Member Leases of processes gone without deleting them: identity, layout, last renewal.
@@ -569,6 +572,7 @@ pub(super) struct Setup {
     pub(super) validity: bool,
     pub(super) fenced: bool,
     pub(super) stamped: bool,
+    pub(super) republish: bool,
     pub(super) rates: (u64, u64),
 }
 
@@ -593,6 +597,7 @@ impl Control {
             validity: setup.validity,
             fenced: setup.fenced,
             stamped: setup.stamped,
+            republish: setup.republish,
             rates: setup.rates,
             ghosts: Vec::new(),
             tables: Vec::new(),
@@ -1084,11 +1089,12 @@ impl Control {
     }
 
     /// One tick of `layout.rs`'s follower for `p`: read the layout Lease; open the fence at
-    /// its generation if it is `p`'s layout; else start a switch if every outgoing Lease is
-    /// free.
+    /// its generation if it is `p`'s layout (republishing it at the newest stamp on its Leases,
+    /// `adopt_stranded_stamps`); else start a switch if every outgoing Lease is free.
     fn step_follower(&mut self, world: &mut World, p: usize) {
         let now = world.now;
         let timings = self.timings;
+        let republish = self.republish;
         let Control {
             store, processes, ..
         } = self;
@@ -1140,7 +1146,28 @@ impl Control {
         match in_force {
             Some(layout) if layout == process.layout => {
                 process.follower_seen.clear();
-                process.fence = Fence::Open(generation);
+                let newest = layout
+                    .lease_names(GROUP)
+                    .iter()
+                    .filter_map(|n| store.get(n))
+                    .map(stamp_of)
+                    .fold(generation, u64::max);
+                if !republish || newest == generation {
+                    process.fence = Fence::Open(generation);
+                    return;
+                }
+                let read = version(current);
+                let mut lease = current.clone();
+                Fence::Open(newest).stamp(&mut lease);
+                process.fence = if store.write(&name, lease, read.as_deref()) {
+                    world.note(format!(
+                        "replica {p} republishes layout {layout} at the stranded generation \
+                         {newest} (was {generation})"
+                    ));
+                    Fence::Open(newest)
+                } else {
+                    Fence::Closed
+                };
             }
             Some(old) => {
                 let mut leases = Vec::new();

@@ -34,13 +34,7 @@ const BEYOND: (u64, u64) = (500_000, 1_500_000);
 pub(crate) struct Timed {
     /// One or two rollouts to another layout during the faults.
     pub(crate) rollouts: bool,
-    /// A schedule stuck on [`KNOWN_GAP`] fails; else it ends there, reported.
-    pub(crate) strict: bool,
 }
-
-/// The log line of a schedule that ended stuck on a Lease stranded by a switch that conflicted
-/// midway ([`Control::stranded`]), a known gap of `layout.rs`.
-pub(crate) const KNOWN_GAP: &str = "known gap: ";
 
 /// A rollout that starts at a step: the Deployment's replicas move to `to`.
 #[derive(Debug, Clone, Copy)]
@@ -190,7 +184,7 @@ pub(crate) async fn run(
     variant: Variant,
     kind: Timed,
 ) -> (Result<(), String>, Vec<String>) {
-    let Timed { rollouts, strict } = kind;
+    let Timed { rollouts } = kind;
     const LAYOUTS: [Layout; 4] = [
         Layout::Leader,
         Layout::Shards(2),
@@ -263,6 +257,7 @@ pub(crate) async fn run(
             validity: variant != Variant::WithoutValidity,
             fenced: variant != Variant::Unfenced,
             stamped: variant != Variant::UnstampedSwitch,
+            republish: variant != Variant::WithoutRepublish,
             rates,
         },
         fleet.uids.clone(),
@@ -272,7 +267,7 @@ pub(crate) async fn run(
         let spawned = fleet.control(|c, w| Some(c.spawn(w, first)));
         debug_assert_eq!(spawned, Some(p));
     }
-    let result = run_schedule(&mut fleet, &plan, replicas, steps, strict).await;
+    let result = run_schedule(&mut fleet, &plan, replicas, steps).await;
     let log = std::mem::take(&mut fleet.world().world.log);
     (result, log)
 }
@@ -282,7 +277,6 @@ async fn run_schedule(
     plan: &[Rollout],
     replicas: usize,
     steps: u32,
-    strict: bool,
 ) -> Result<(), String> {
     let vms = fleet.uids.len();
     let mut target = None;
@@ -438,12 +432,6 @@ async fn run_schedule(
     while !fleet.control(|c, w| c.serves_all(w.now)) {
         if waited == SERVE_WITHIN_SECS {
             let stranded = fleet.control(|c, _| c.stranded());
-            if let Some(why) = &stranded
-                && !strict
-            {
-                fleet.note(format!("{KNOWN_GAP}{why}"));
-                return Ok(());
-            }
             return Err(format!(
                 "not every VM is reconciled by a replica {SERVE_WITHIN_SECS}s after the faults \
                  stopped (stuck): layouts {:?}{}",

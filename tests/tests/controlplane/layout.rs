@@ -228,3 +228,37 @@ async fn leader_election_and_shards_hand_over_to_each_other_without_overlap() ->
     exclusion.check()?;
     back.check()
 }
+
+/// A switch away from a layout that conflicted midway leaves some of its Leases stamped with a
+/// generation that was never published. A replica of the layout still in force republishes it
+/// at that generation, so the stamped Lease is held again instead of stranding its VMs.
+#[tokio::test]
+async fn a_switch_abandoned_midway_strands_no_lease() -> anyhow::Result<()> {
+    let (client, namespace) = ControlPlane::shared()
+        .await?
+        .test_namespace("stranded")
+        .await?;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &namespace);
+    let first = Replica::start(&client, &namespace, "first", Layout::Shards(2));
+    first.wait_all_leading().await?;
+    first.wait_fence(Fence::Open(1)).await?;
+    first.release().await?;
+
+    // What a switcher to another layout leaves when its stamp of shard 1 conflicts: shard 0,
+    // free, stamped with generation 2, and the layout Lease still at generation 1.
+    let mut shard_0 = leases.get("vmop-shard-0").await?;
+    vmop::leader::fence::stamp(&mut shard_0, 2);
+    leases
+        .replace("vmop-shard-0", &Default::default(), &shard_0)
+        .await?;
+
+    let second = Replica::start(&client, &namespace, "second", Layout::Shards(2));
+    second.wait_fence(Fence::Open(2)).await?;
+    second.wait_all_leading().await?;
+    let layout = leases.get("vmop-layout").await?;
+    ensure!(
+        vmop::leader::fence::stamped(&layout) == 2,
+        "the layout was not republished at the stranded generation"
+    );
+    second.release().await
+}
