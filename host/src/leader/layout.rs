@@ -222,17 +222,25 @@ impl Follower {
         if newest == generation {
             return Ok(Fence::Open(generation));
         }
-        self.record(&mut current, newest);
+        let fence = self.publish(&mut current, newest).await?;
+        if fence == Fence::Open(newest) {
+            tracing::warn!(layout = %self.layout, from = generation, to = newest, "a switch abandoned midway stamped this layout's Leases; republished the layout at their generation");
+        }
+        Ok(fence)
+    }
+
+    /// Writes `current` (the layout Lease as read) naming our layout at `generation`,
+    /// conditionally on the version read: [`Fence::Open`] at it, or [`Fence::Closed`] when
+    /// another replica wrote the layout Lease meanwhile.
+    async fn publish(&self, current: &mut Lease, generation: u64) -> kube::Result<Fence> {
+        self.record(current, generation);
         let name = self.layout_lease();
         match self
             .api
-            .replace(&name, &PostParams::default(), &current)
+            .replace(&name, &PostParams::default(), current)
             .await
         {
-            Ok(_) => {
-                tracing::warn!(layout = %self.layout, from = generation, to = newest, "a switch abandoned midway stamped this layout's Leases; republished the layout at their generation");
-                Ok(Fence::Open(newest))
-            }
+            Ok(_) => Ok(Fence::Open(generation)),
             Err(kube::Error::Api(status)) if status.code == 409 => Ok(Fence::Closed),
             Err(e) => Err(e),
         }
@@ -313,21 +321,12 @@ impl Follower {
             }
         }
         current.spec.get_or_insert_default().holder_identity = Some(self.config.identity.clone());
-        self.record(&mut current, next);
-        let name = self.layout_lease();
-        match self
-            .api
-            .replace(&name, &PostParams::default(), &current)
-            .await
-        {
-            Ok(_) => {
-                tracing::info!(from = %old, to = %self.layout, generation = next, "switched the layout");
-                self.observed.clear();
-                Ok(Fence::Open(next))
-            }
-            Err(kube::Error::Api(status)) if status.code == 409 => Ok(Fence::Closed),
-            Err(e) => Err(e),
+        let fence = self.publish(&mut current, next).await?;
+        if fence == Fence::Open(next) {
+            tracing::info!(from = %old, to = %self.layout, generation = next, "switched the layout");
+            self.observed.clear();
         }
+        Ok(fence)
     }
 
     /// The Leases of `old` with their current records, if every one of them is free.

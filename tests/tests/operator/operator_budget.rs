@@ -31,6 +31,34 @@ async fn budget(operator: &Operator, provider: &str) -> anyhow::Result<Option<f6
     Ok((value > 0.0).then_some(value))
 }
 
+/// Creates [`VMS`] VMs at once and waits until all are Ready, calling `sample` on each poll;
+/// returns when the creates were done.
+async fn create_all_until_ready(
+    env: &Env,
+    provider: &str,
+    mut sample: impl AsyncFnMut() -> anyhow::Result<()>,
+) -> anyhow::Result<Instant> {
+    let names: Vec<String> = (0..VMS).map(|i| format!("vm-{i}")).collect();
+    try_join_all(names.iter().map(|name| {
+        let vm = env.vm(name, provider).image(cloud::IMAGE);
+        async move { env.create_vm(vm).await }
+    }))
+    .await?;
+    let started = Instant::now();
+    loop {
+        sample().await?;
+        let vms = env.vms().list(&ListParams::default()).await?.items;
+        if vms.len() == VMS && vms.iter().all(is_ready) {
+            return Ok(started);
+        }
+        ensure!(
+            started.elapsed() < DEADLINE,
+            "not all Ready after {DEADLINE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_throttle_storm_shrinks_the_budget_and_it_recovers_without_a_leak() -> anyhow::Result<()>
 {
@@ -42,30 +70,15 @@ async fn a_throttle_storm_shrinks_the_budget_and_it_recovers_without_a_leak() ->
         .args_from(["--resync-period", "30s"])
         .start(operator_bin())?;
 
-    let names: Vec<String> = (0..VMS).map(|i| format!("vm-{i}")).collect();
-    try_join_all(names.iter().map(|name| {
-        let vm = env.vm(name, &provider).image(cloud::IMAGE);
-        let env = &env;
-        async move { env.create_vm(vm).await }
-    }))
-    .await?;
     // The storm: the lowest budget seen until every VM is Ready.
-    let started = Instant::now();
     let mut lowest = CONFIGURED;
-    loop {
+    let started = create_all_until_ready(&env, &provider, async || {
         if let Some(now) = budget(&operator, &provider).await? {
             lowest = lowest.min(now);
         }
-        let vms = env.vms().list(&ListParams::default()).await?.items;
-        if vms.len() == VMS && vms.iter().all(is_ready) {
-            break;
-        }
-        ensure!(
-            started.elapsed() < DEADLINE,
-            "not all Ready after {DEADLINE:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        Ok(())
+    })
+    .await?;
     let stats = cloud.stats();
     eprintln!(
         "{VMS} VMs Ready in {:.1} s: {} requests, {} answered 429; lowest budget {lowest:.2}/s",
@@ -142,25 +155,7 @@ async fn creates_paced_to_the_clouds_mutating_bucket_are_never_throttled() -> an
             env.apply_provider_config(&pc).await?;
         }
         let _operator = env.operator().start(operator_bin())?;
-        let names: Vec<String> = (0..VMS).map(|i| format!("vm-{i}")).collect();
-        try_join_all(names.iter().map(|name| {
-            let vm = env.vm(name, &provider).image(cloud::IMAGE);
-            let env = &env;
-            async move { env.create_vm(vm).await }
-        }))
-        .await?;
-        let started = Instant::now();
-        loop {
-            let vms = env.vms().list(&ListParams::default()).await?.items;
-            if vms.len() == VMS && vms.iter().all(is_ready) {
-                break;
-            }
-            ensure!(
-                started.elapsed() < DEADLINE,
-                "not all Ready after {DEADLINE:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        let started = create_all_until_ready(&env, &provider, async || Ok(())).await?;
         let stats = cloud.stats();
         eprintln!(
             "paced={paced}: {VMS} VMs Ready in {:.1} s; {} mutating calls, {} answered 429",
