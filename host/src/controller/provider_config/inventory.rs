@@ -43,18 +43,25 @@ pub async fn refresh(ctx: &Context, pc: &ProviderConfig, provider: &Provider) ->
             });
         }
     }
+    // Not routine: a listing is every VM's drift check at once, so it takes its turn at the
+    // budget like a change does instead of yielding to every waiting caller, which a long
+    // create storm would keep it doing.
     let calls = Calls {
         ctx,
         provider,
         vm: format!("providerconfig/{name}"),
         taken: Default::default(),
-        routine: true,
+        routine: false,
     };
     let listed = view::list_all(provider.identity, |cursor| calls.list(cursor)).await;
     let mut listing = match listed {
         Ok(listing) => listing,
         Err(error) => {
-            tracing::warn!(provider_config = %name, error = %chain(&error), "listing the cloud failed; keeping the previous listing");
+            if error.waits_for_budget() {
+                tracing::debug!(provider_config = %name, error = %chain(&error), "listing the cloud waits for the call budget");
+            } else {
+                tracing::warn!(provider_config = %name, error = %chain(&error), "listing the cloud failed; keeping the previous listing");
+            }
             let orphans = last.and_then(|l| u32::try_from(l.orphans.len()).ok());
             return Some(Refreshed {
                 orphans,

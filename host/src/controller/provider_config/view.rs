@@ -66,6 +66,14 @@ pub enum ListingError {
     TooManyPages,
 }
 
+impl ListingError {
+    /// Whether the listing only waits for a token of the ProviderConfig's own call budget (no
+    /// call was refused by the cloud).
+    pub fn waits_for_budget(&self) -> bool {
+        matches!(self, ListingError::Page { source, .. } if matches!(**source, Error::Throttled { .. }))
+    }
+}
+
 /// Every ProviderConfig's last complete listing, and when this process last asked the cloud to
 /// change each machine.
 #[derive(Debug, Default)]
