@@ -5,6 +5,7 @@
 //! storm is over (drift checks every 30 s, under the cloud's limit) the
 //! budget climbs back to the configured 100. Deleting them all leaves no machine.
 
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use anyhow::ensure;
@@ -12,7 +13,7 @@ use futures::future::try_join_all;
 use kube::api::ListParams;
 use vmop::api::ProviderConfig;
 use vmop_tests::cloud::{self, Cloud, Config, Ec2Limits, RateLimit};
-use vmop_tests::operator::{Env, Operator};
+use vmop_tests::operator::{Env, Operator, ProviderCall};
 
 use crate::operator_bin;
 use crate::operator_sharding::{delete_all_leaving_nothing, is_ready, provider_with};
@@ -124,7 +125,8 @@ async fn a_throttle_storm_shrinks_the_budget_and_it_recovers_without_a_leak() ->
 /// creates run into the cloud's mutating bucket (429s); paced at the cloud's rate with a smaller
 /// burst (4: the difference covers up to a second of a request's way to the cloud, during which
 /// the cloud's full bucket refills nothing) they never do, and every VM becomes Ready with its
-/// one machine.
+/// one machine. Deleted at once, paced the same way, a VM whose delete waits for a token is not
+/// read meanwhile.
 #[tokio::test(flavor = "multi_thread")]
 async fn creates_paced_to_the_clouds_mutating_bucket_are_never_throttled() -> anyhow::Result<()> {
     let ample = RateLimit {
@@ -154,7 +156,7 @@ async fn creates_paced_to_the_clouds_mutating_bucket_are_never_throttled() -> an
             pc.spec.limits.mutating_burst = Some(4);
             env.apply_provider_config(&pc).await?;
         }
-        let _operator = env.operator().start(operator_bin())?;
+        let operator = env.operator().start(operator_bin())?;
         let started = create_all_until_ready(&env, &provider, async || Ok(())).await?;
         let stats = cloud.stats();
         eprintln!(
@@ -169,7 +171,13 @@ async fn creates_paced_to_the_clouds_mutating_bucket_are_never_throttled() -> an
             cloud.machines().len()
         );
         throttled.push(stats.throttled_mutates);
+        let before = operator.provider_calls().len();
         delete_all_leaving_nothing(&env, &cloud).await?;
+        if paced {
+            deletes_waiting_for_the_budget_read_nothing(
+                operator.provider_calls().get(before..).unwrap_or_default(),
+            )?;
+        }
     }
     ensure!(
         throttled.first().is_some_and(|n| *n > 0),
@@ -179,6 +187,54 @@ async fn creates_paced_to_the_clouds_mutating_bucket_are_never_throttled() -> an
         throttled.get(1) == Some(&0),
         "paced creates were throttled {:?} times",
         throttled.get(1)
+    );
+    Ok(())
+}
+
+/// Each VM's calls in a deletion paced by the mutating budget, up to its `delete` that was
+/// sent: a delete held back for a token was not asked, so the machine this process made is
+/// still deleted without a `get` first (`location` is asked on each try). Fails if no VM's
+/// delete was held back.
+fn deletes_waiting_for_the_budget_read_nothing(calls: &[ProviderCall]) -> anyhow::Result<()> {
+    let mut held_back = 0;
+    let mut read = BTreeSet::new();
+    let vms: BTreeSet<&str> = calls
+        .iter()
+        .filter(|c| c.op == "delete")
+        .map(|c| c.vm.as_str())
+        .collect();
+    for vm in &vms {
+        let until_sent = calls
+            .iter()
+            .filter(|c| c.vm == *vm)
+            .take_while(|c| c.op != "delete");
+        let (mut tries, mut gets) = (0, 0);
+        for call in until_sent {
+            match call.op.as_str() {
+                "location" => tries += 1,
+                "get" => gets += 1,
+                _ => {}
+            }
+        }
+        if tries > 1 {
+            held_back += 1;
+        }
+        if gets > 0 {
+            read.insert(*vm);
+        }
+    }
+    eprintln!(
+        "deletion: {} VMs, {held_back} waited for the mutating budget, {} read before their delete",
+        vms.len(),
+        read.len()
+    );
+    ensure!(
+        held_back > 0,
+        "no delete waited for the budget: the check shows nothing"
+    );
+    ensure!(
+        read.is_empty(),
+        "VMs whose delete waited for the budget were read before it was sent: {read:?}"
     );
     Ok(())
 }

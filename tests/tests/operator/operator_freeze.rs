@@ -110,7 +110,16 @@ async fn a_frozen_replica_resumes_without_calling_for_vms_it_no_longer_holds() -
     let operators = (0..REPLICAS)
         .map(|i| {
             env.operator()
-                .args_from(["--shards", &SHARDS.to_string(), "--resync-period", "1s"])
+                // Every re-check a call (the cloud view answers drift checks without one), so
+                // that the calls show who reconciles each VM.
+                .args_from([
+                    "--shards",
+                    &SHARDS.to_string(),
+                    "--resync-period",
+                    "1s",
+                    "--cloud-view",
+                    "off",
+                ])
                 .env("POD_NAME", format!("replica-{i}"))
                 .start(operator_bin())
         })

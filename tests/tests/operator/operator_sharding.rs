@@ -194,6 +194,10 @@ pub(crate) fn calls_by_vm(operators: &[Operator]) -> BTreeMap<String, Vec<Call>>
             timestamp, vm, op, ..
         } in operator.provider_calls()
         {
+            // A ProviderConfig's own calls (its cloud listing) are no VM's.
+            if vm.starts_with("providerconfig/") {
+                continue;
+            }
             let name = vm.rsplit('/').next().unwrap_or_default().to_owned();
             by_vm
                 .entry(name)

@@ -152,8 +152,13 @@ impl<'r, E: Effects> Run<'r, E> {
                 Ok(Flow::Continue(()))
             }
             Action::Delete(id) => {
-                self.attempts.observe_first(self.uid);
-                self.fx.delete(&id).await?;
+                // Marked before the call, whose answer may be lost (or its future dropped).
+                let was = self.attempts.observe_first(self.uid);
+                let asked = self.fx.delete(&id).await;
+                if matches!(asked, Err(Error::Throttled { .. })) {
+                    self.attempts.delete_held_back(self.uid, was);
+                }
+                asked?;
                 self.status.id = Some(id.clone());
                 facts.id = Some(id.clone());
                 *seen = std::mem::take(seen).after_delete(id);

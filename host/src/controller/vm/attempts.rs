@@ -29,7 +29,8 @@
 //!   a VM whose creates all failed against a dead endpoint be deleted.
 //! - [`Attempts::sole_machine`] names a machine only when this process added the VM's
 //!   finalizer, every create attempt that could have reached the cloud answered, all with
-//!   that one machine, and since then no `delete` of it was asked and no `get` showed it as
+//!   that one machine, and since then no `delete` of it was asked (one that the call budget
+//!   held back before sending it was not) and no `get` showed it as
 //!   anything but this VM's own machine ([`Attempts::observe_first`]): the machine is this
 //!   VM's own (its create marked it so), so deletion asks `delete` without a `get` first
 //!   (`attempts::tests::sole_machine_needs_our_finalizer_and_every_attempt_answered`; the
@@ -219,9 +220,17 @@ impl Attempts {
     }
 
     /// A `delete` for `uid`'s machine is being asked, or a `get` did not show it as the VM's
-    /// own: from now on it is observed before it is deleted.
-    pub fn observe_first(&self, uid: &str) {
-        self.with(uid, |k| k.observed_first = true);
+    /// own: from now on it is observed before it is deleted. Returns whether it already was.
+    pub fn observe_first(&self, uid: &str) -> bool {
+        self.with(uid, |k| std::mem::replace(&mut k.observed_first, true))
+    }
+
+    /// The `delete` that [`Attempts::observe_first`] marked (answering `was`) was held back
+    /// before it was sent, by the ProviderConfig's call budget: nothing reached the cloud, so
+    /// what held before holds again, and a paced deletion costs no `get` per wait for a token
+    /// (`attempts::tests::a_delete_held_back_leaves_the_sole_machine`).
+    pub fn delete_held_back(&self, uid: &str, was: bool) {
+        self.with(uid, |k| k.observed_first = was);
     }
 
     /// Where the last create attempt for `uid` that may have made a machine went. This
@@ -357,6 +366,27 @@ mod tests {
             a.sole_machine("x"),
             None,
             "deleted once: observed from now on"
+        );
+    }
+
+    #[test]
+    fn a_delete_held_back_leaves_the_sole_machine() {
+        let a = Attempts::new();
+        a.finalizer_added("u");
+        a.create_starting("u", "here").ended(true);
+        a.created("u", "i-1");
+        let was = a.observe_first("u");
+        a.delete_held_back("u", was);
+        assert_eq!(a.sole_machine("u").as_deref(), Some("i-1"), "never sent");
+        assert!(!a.observe_first("u"));
+        assert_eq!(a.sole_machine("u"), None, "sent: observed from now on");
+
+        let was = a.observe_first("u");
+        a.delete_held_back("u", was);
+        assert_eq!(
+            a.sole_machine("u"),
+            None,
+            "held back after one was sent: still observed first"
         );
     }
 
