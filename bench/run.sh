@@ -167,15 +167,16 @@ fi
 # testcloud has no read-after-write lag, so no creation grace period. No credentials.
 # Against the EC2-like cloud, vmop is configured as its user would be (VMOP_LIMITS=cloud, the
 # default there): every call within the cloud's read rate, calls that change machines within its
-# mutating rate, each with 80% of the cloud's burst (a full cloud bucket refills nothing while a
-# request travels); VMOP_LIMITS=none keeps the unthrottled limits above.
+# mutating rate, each burst below the cloud's by a second of its rate (a full cloud bucket refills
+# nothing while a request travels; a request takes well under a second to arrive);
+# VMOP_LIMITS=none keeps the unthrottled limits above.
 limits="requestsPerSecond: 10000, burst: 10000, maxConcurrentCalls: 1024, creationGracePeriodSeconds: 0"
 if [ "$cloud" = ec2-like ] && [ "${VMOP_LIMITS:-cloud}" = cloud ]; then
   limits=$(python3 - "$work/cloud-limits.json" <<'PY'
 import json, sys
 ec2 = json.load(open(sys.argv[1]))["ec2"]
 rate = lambda b: max(1, int(b["perSecond"]))
-burst = lambda b: max(1, int(b["burst"] * 0.8))
+burst = lambda b: max(1, int(b["burst"]) - rate(b))
 print(f"requestsPerSecond: {rate(ec2['read'])}, burst: {burst(ec2['read'])}, "
       f"mutatingRequestsPerSecond: {rate(ec2['mutate'])}, mutatingBurst: {burst(ec2['mutate'])}, "
       "maxConcurrentCalls: 1024, creationGracePeriodSeconds: 0")
