@@ -24,7 +24,7 @@ use vmop::api::{
     VirtualMachine,
 };
 
-pub use process::{Operator, OperatorArgs, ProviderCall, provider_calls_in};
+pub use process::{LOG_FILTER, Operator, OperatorArgs, ProviderCall, provider_calls_in};
 pub use scrape::Scrape;
 
 use crate::controlplane::ControlPlane;

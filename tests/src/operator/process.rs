@@ -11,6 +11,10 @@ use anyhow::{Context as _, bail};
 use super::DEADLINE;
 use super::scrape::{Scrape, scrape};
 
+/// The operator's log filter (`RUST_LOG`) unless a test sets its own: info, and each plugin
+/// call at debug (what [`Operator::provider_calls`] reads).
+pub const LOG_FILTER: &str = "info,vmop::provider_call=debug";
+
 /// How to start an [`Operator`].
 #[derive(Debug, Clone)]
 pub struct OperatorArgs {
@@ -56,7 +60,7 @@ impl OperatorArgs {
             .args(["--metrics-addr", "127.0.0.1:0"])
             .args(&self.args)
             .env("KUBECONFIG", &self.kubeconfig)
-            .env("RUST_LOG", "info,vmop::provider_call=debug")
+            .env("RUST_LOG", LOG_FILTER)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -13,7 +13,7 @@ use futures::future::try_join_all;
 use kube::api::ListParams;
 use vmop::api::ProviderConfig;
 use vmop_tests::cloud::{self, Cloud, Config, Ec2Limits, RateLimit};
-use vmop_tests::operator::{Env, Operator, ProviderCall};
+use vmop_tests::operator::{Env, LOG_FILTER, Operator, ProviderCall};
 
 use crate::operator_bin;
 use crate::operator_sharding::{delete_all_leaving_nothing, is_ready, provider_with};
@@ -21,9 +21,8 @@ use crate::operator_sharding::{delete_all_leaving_nothing, is_ready, provider_wi
 const VMS: usize = 20;
 const CONFIGURED: f64 = 100.0;
 const DEADLINE: Duration = Duration::from_secs(180);
-/// The test harness's log filter, and the debug lines of requeues that wait for a token.
-const HELD_BACK_LOGGED: &str =
-    "info,vmop::provider_call=debug,vmop::controller::runtime::error_policy=debug";
+/// The debug lines of requeues that wait for a token, besides the harness's log filter.
+const HELD_BACK_LOGGED: &str = "vmop::controller::runtime::error_policy=debug";
 
 async fn budget(operator: &Operator, provider: &str) -> anyhow::Result<Option<f64>> {
     let scrape = operator.metrics().await?;
@@ -162,7 +161,7 @@ async fn creates_paced_to_the_clouds_mutating_bucket_are_never_throttled() -> an
         // The requeues of calls held back by the budget are logged at debug.
         let operator = env
             .operator()
-            .env("RUST_LOG", HELD_BACK_LOGGED)
+            .env("RUST_LOG", format!("{LOG_FILTER},{HELD_BACK_LOGGED}"))
             .start(operator_bin())?;
         let started = create_all_until_ready(&env, &provider, async || Ok(())).await?;
         let stats = cloud.stats();

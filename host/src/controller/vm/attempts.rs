@@ -228,7 +228,9 @@ impl Attempts {
     /// The `delete` that [`Attempts::observe_first`] marked (answering `was`) was held back
     /// before it was sent, by the ProviderConfig's call budget: nothing reached the cloud, so
     /// what held before holds again, and a paced deletion costs no `get` per wait for a token
-    /// (`attempts::tests::a_delete_held_back_leaves_the_sole_machine`).
+    /// (`attempts::tests::a_delete_held_back_leaves_the_sole_machine`; on the real parts,
+    /// `operator_budget::creates_paced_to_the_clouds_mutating_bucket_are_never_throttled`, whose
+    /// VMs are read before their delete without it).
     pub fn delete_held_back(&self, uid: &str, was: bool) {
         self.with(uid, |k| k.observed_first = was);
     }
