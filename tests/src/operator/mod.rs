@@ -6,6 +6,7 @@
 //! restricted to that namespace and those ProviderConfigs, so tests of one binary can run in
 //! parallel on the shared control plane.
 
+mod history;
 mod process;
 pub mod scrape;
 pub mod writes;
@@ -24,7 +25,8 @@ use vmop::api::{
     VirtualMachine,
 };
 
-pub use process::{LOG_FILTER, Operator, OperatorArgs, ProviderCall, provider_calls_in};
+pub use history::History;
+pub use process::{KEEP_LOGS, LOG_FILTER, Operator, OperatorArgs, ProviderCall, provider_calls_in};
 pub use scrape::Scrape;
 
 use crate::controlplane::ControlPlane;
@@ -290,12 +292,16 @@ impl Env {
         let what = format!("{type_}={status} ({})", reason.unwrap_or("any reason"));
         let vm = self
             .wait_vm(name, &what, |vm| {
-                vm.and_then(|vm| vm.status.as_ref())
-                    .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_))
-                    .is_some_and(|c| c.status == status && reason.is_none_or(|r| c.reason == r))
+                vm.is_some_and(|vm| has_condition(vm, type_, status, reason))
             })
             .await?;
         vm.context("the VM vanished")
+    }
+
+    /// Every version of VM `name` written from now on: for a state the operator may leave
+    /// again at once, which a wait started after the act could miss ([`History`]).
+    pub async fn vm_history(&self, name: &str) -> anyhow::Result<History<VirtualMachine>> {
+        History::start(self.vms(), name).await
     }
 
     /// Waits until VM `name` is Ready.
@@ -389,6 +395,14 @@ impl std::fmt::Debug for Env {
             .field("moto", &self.moto)
             .finish_non_exhaustive()
     }
+}
+
+/// Whether `vm` has condition `type_` with `status` (and `reason`, if given).
+pub fn has_condition(vm: &VirtualMachine, type_: &str, status: &str, reason: Option<&str>) -> bool {
+    vm.status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_))
+        .is_some_and(|c| c.status == status && reason.is_none_or(|r| c.reason == r))
 }
 
 /// Waits until object `name` satisfies `condition`, with [`DEADLINE`].

@@ -15,6 +15,10 @@ use super::scrape::{Scrape, scrape};
 /// call at debug (what [`Operator::provider_calls`] reads).
 pub const LOG_FILTER: &str = "info,vmop::provider_call=debug";
 
+/// Set (to anything) to keep each operator's log after its test, and print where it is: the
+/// way to read what an operator did in a test that failed.
+pub const KEEP_LOGS: &str = "VMOP_TEST_KEEP_LOGS";
+
 /// How to start an [`Operator`].
 #[derive(Debug, Clone)]
 pub struct OperatorArgs {
@@ -46,8 +50,14 @@ impl OperatorArgs {
 
     /// Starts `vmop run` from `bin` (`env!("CARGO_BIN_EXE_vmop-operator")` in a test).
     pub fn start(&self, bin: &Path) -> anyhow::Result<Operator> {
-        let log_dir = tempfile::tempdir()?;
+        let mut log_dir = tempfile::Builder::new()
+            .prefix("vmop-operator-")
+            .tempdir()?;
         let log_path = log_dir.path().join("operator.log");
+        if std::env::var_os(KEEP_LOGS).is_some() {
+            log_dir.disable_cleanup(true);
+            eprintln!("{}: operator log {}", self.namespace, log_path.display());
+        }
         let log = std::fs::File::create(&log_path)?;
         let mut command = tokio::process::Command::new(bin);
         command

@@ -3,7 +3,7 @@
 
 use anyhow::{Context as _, ensure};
 use kube::ResourceExt;
-use vmop_tests::operator::Env;
+use vmop_tests::operator::{Env, has_condition};
 
 use crate::operator_bin;
 
@@ -69,9 +69,14 @@ async fn phase_changes_made_outside_are_mirrored() -> anyhow::Result<()> {
         .and_then(|s| s.id)
         .context("Ready without id")?;
 
+    // Stopped is mirrored and then corrected (spec.powerState: Running) within a reconcile:
+    // the watch must be listening before the stop to see it.
+    let mut history = env.vm_history("stoppable").await?;
     env.moto.ec2("StopInstances", &[("InstanceId.1", &id)])?;
-    let stopped = env
-        .wait_vm_condition("stoppable", "Ready", "False", Some("Stopped"))
+    let stopped = history
+        .until("Ready=False (Stopped)", |vm| {
+            has_condition(vm, "Ready", "False", Some("Stopped"))
+        })
         .await?;
     let status = stopped.status.context("no status")?;
     ensure!(
