@@ -166,8 +166,8 @@ fi
 # bursts of 20 and 8 at once, would make the limiter, not the operator, the bottleneck), and the
 # testcloud has no read-after-write lag, so no creation grace period. No credentials.
 # Against the EC2-like cloud, vmop is configured as its user would be (VMOP_LIMITS=cloud, the
-# default there): every call within the cloud's read rate, calls that change machines within its
-# mutating rate, each burst below the cloud's by a second of its rate (a full cloud bucket refills
+# default there): the reads within the cloud's read rate, calls that change machines within its
+# mutating rate (and nothing of the reads', as EC2 charges them), each burst below the cloud's by a second of its rate (a full cloud bucket refills
 # nothing while a request travels; a request takes well under a second to arrive);
 # VMOP_LIMITS=none keeps the unthrottled limits above.
 limits="requestsPerSecond: 10000, burst: 10000, maxConcurrentCalls: 1024, creationGracePeriodSeconds: 0"

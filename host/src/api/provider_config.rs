@@ -194,11 +194,12 @@ pub struct Limits {
     #[schemars(range(min = 1, max = 10000), transform = super::int32)]
     pub burst: u32,
 
-    /// Sustained rate of calls that change machines (create, update, start, stop, delete),
-    /// within `requestsPerSecond`: clouds throttle these on a bucket of their own (EC2: 5 a
-    /// second), so pacing them here keeps a create storm from spending the reads' budget on
-    /// throttle answers. A throttle answer to such a call halves this rate only. Unset: they
-    /// share `requestsPerSecond` with the reads.
+    /// Sustained rate of calls that change machines (create, update, start, stop, delete).
+    /// Clouds throttle these on a bucket of their own (EC2: 5 a second) that reads do not
+    /// draw on, and they draw on nothing else; set, this paces them the same way: they take
+    /// no part of `requestsPerSecond`, which then paces the other calls only, and a throttle
+    /// answer to one halves this rate only. Unset: they share `requestsPerSecond` with the
+    /// reads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 10000), transform = super::int32)]
     pub mutating_requests_per_second: Option<u32>,

@@ -13,10 +13,12 @@
 //! - A caller told to come back is holding a reservation: the token is set aside for it (the
 //!   bucket goes into debt), so callers turned away together come back spaced at the rate
 //!   instead of all at once.
-//! - Calls that change machines ([`Limiter::try_acquire_write`]) also take a token of the
-//!   mutating bucket when `mutatingRequestsPerSecond` is set: over any window of `t` seconds at
-//!   most `mutatingBurst + mutatingRate * t` of them, and a throttle answer to one of them
-//!   halves that rate, not the reads' (`writes_are_paced_by_their_own_bucket`).
+//! - When `mutatingRequestsPerSecond` is set, calls that change machines
+//!   ([`Limiter::try_acquire_write`]) take a token of the mutating bucket *instead of* the
+//!   shared one, as EC2 accounts them: over any window of `t` seconds at most
+//!   `mutatingBurst + mutatingRate * t` of them, the bound above then counts the other calls
+//!   only, and a throttle answer to a write halves the writes' rate, not the reads'
+//!   (`writes_are_paced_by_their_own_bucket`).
 //! - Routine calls (the drift check of a settled VM, [`Limiter::try_acquire_routine`]) yield:
 //!   they get a token only while nobody holds a reservation, and never reserve one, so VMs
 //!   with work to do are not queued behind the periodic checks of healthy ones
@@ -58,6 +60,10 @@ pub const STALE_RESERVATION: Duration = Duration::from_secs(10);
 
 /// Spread of the returns of routine calls turned away together.
 const ROUTINE_SPREAD: Duration = Duration::from_secs(1);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// Throttle of one ProviderConfig.
 #[derive(Debug)]
@@ -129,24 +135,33 @@ impl Limiter {
         Err(due - now)
     }
 
-    /// [`Limiter::try_acquire`] for a call that changes a machine: first a token of the mutating
-    /// bucket (when there is one; without one, the caller comes back when it is due, and no
-    /// token of the shared bucket is spent or reserved meanwhile). Never waits.
+    /// [`Limiter::try_acquire`] for a call that changes a machine. With a mutating bucket the
+    /// call takes a token of that bucket and none of the shared one, as EC2 charges a
+    /// mutating action to its own bucket only; refused, it reserves nothing (the caller comes
+    /// back when a token is due). A caller holding a reservation of shared tokens waits for it
+    /// like any of its calls, and a due one counts this call as one of those it was set aside
+    /// for: that token goes back to the shared bucket instead of holding routine calls back
+    /// until it is stale. Never waits.
     pub fn try_acquire_write(&self, caller: &str, taken: u32) -> Result<Permit, Duration> {
         let Some(writes) = &self.writes else {
             return self.try_acquire(caller, taken);
         };
         let now = Instant::now();
-        writes
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .try_take(now)?;
-        self.try_acquire(caller, taken).inspect_err(|_| {
-            writes
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .give_back();
-        })
+        let (slot, mut reservations) = self.slot()?;
+        if let Some(reserved) = reservations.get(caller)
+            && reserved.due > now
+        {
+            return Err(reserved.due - now);
+        }
+        lock(writes).try_take(now)?;
+        if let Some(reserved) = reservations.get_mut(caller) {
+            reserved.left = reserved.left.saturating_sub(1);
+            if reserved.left == 0 {
+                reservations.remove(caller);
+            }
+            lock(&self.bucket).give_back();
+        }
+        Ok(Permit { _slot: slot })
     }
 
     /// The cloud throttled a call that changes a machine: the mutating bucket's rate is halved
@@ -268,7 +283,7 @@ mod tests {
         let limiter = Limiter::new(&Limits {
             mutating_requests_per_second: Some(2),
             mutating_burst: Some(2),
-            ..limits(100, 100, 100)
+            ..limits(100, 100, 200)
         });
         let mut held = Vec::new();
         for i in 0..2 {
@@ -280,12 +295,12 @@ mod tests {
             Duration::from_millis(500),
             "the mutating bucket is empty"
         );
-        // Reads still flow, and the refused write spent none of their tokens.
-        for i in 0..98 {
+        // Reads still flow: the writes, made or refused, spent none of their tokens.
+        for i in 0..100 {
             held.push(limiter.try_acquire(&format!("r{i}"), 0).unwrap());
         }
         assert!(
-            limiter.try_acquire("r98", 0).is_err(),
+            limiter.try_acquire("r100", 0).is_err(),
             "the shared bucket held 100"
         );
         tokio::time::advance(Duration::from_millis(500)).await;
@@ -299,6 +314,33 @@ mod tests {
             unpaced.budget(),
             50.0,
             "without a mutating bucket a write's throttle halves the shared one"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_uses_up_the_reservation_of_its_attempt() {
+        let limiter = Limiter::new(&Limits {
+            mutating_requests_per_second: Some(10),
+            ..limits(1, 1, 100)
+        });
+        assert!(limiter.try_acquire("vm", 0).is_ok());
+        // The attempt's second call is throttled: two shared tokens are set aside for the next.
+        let due = limiter.try_acquire("vm", 1).unwrap_err();
+        assert!(
+            limiter.try_acquire_write("vm", 0).is_err(),
+            "a write waits for its caller's reservation like a read"
+        );
+        tokio::time::advance(due).await;
+        assert!(limiter.try_acquire("vm", 0).is_ok());
+        assert!(
+            limiter.try_acquire_routine().is_err(),
+            "one token still set aside"
+        );
+        // The next call is a write, from its own bucket: the token set aside for it returns.
+        assert!(limiter.try_acquire_write("vm", 1).is_ok());
+        assert!(
+            limiter.try_acquire_routine().is_ok(),
+            "a reservation no call will claim held routine calls back"
         );
     }
 
