@@ -18,7 +18,8 @@
 //!   shared one, as EC2 accounts them: over any window of `t` seconds at most
 //!   `mutatingBurst + mutatingRate * t` of them, the bound above then counts the other calls
 //!   only, and a throttle answer to a write halves the writes' rate, not the reads'
-//!   (`writes_are_paced_by_their_own_bucket`).
+//!   (`writes_are_paced_by_their_own_bucket`). A write turned away holds the mutating
+//!   bucket's next free token, as above.
 //! - Routine calls (the drift check of a settled VM, [`Limiter::try_acquire_routine`]) yield:
 //!   they get a token only while nobody holds a reservation, and never reserve one, so VMs
 //!   with work to do are not queued behind the periodic checks of healthy ones
@@ -65,13 +66,20 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// The mutating bucket and the callers holding one of its tokens: when it is due, by caller.
+#[derive(Debug)]
+struct Writes {
+    bucket: TokenBucket,
+    reserved: HashMap<String, Instant>,
+}
+
 /// Throttle of one ProviderConfig.
 #[derive(Debug)]
 pub struct Limiter {
     limits: Limits,
     bucket: Mutex<TokenBucket>,
     /// `mutatingRequestsPerSecond`'s bucket, when set.
-    writes: Option<Mutex<TokenBucket>>,
+    writes: Option<Mutex<Writes>>,
     /// Tokens set aside for callers, by caller key.
     reservations: Mutex<Reservations>,
     in_flight: Arc<Semaphore>,
@@ -94,7 +102,10 @@ impl Limiter {
             )),
             writes: limits.mutating_requests_per_second.map(|rate| {
                 let burst = limits.mutating_burst.unwrap_or(rate);
-                Mutex::new(TokenBucket::new(rate, burst, Instant::now()))
+                Mutex::new(Writes {
+                    bucket: TokenBucket::new(rate, burst, Instant::now()),
+                    reserved: HashMap::new(),
+                })
             }),
             reservations: Mutex::new(HashMap::new()),
             in_flight: Arc::new(Semaphore::new(limits.max_concurrent_calls.max(1) as usize)),
@@ -137,11 +148,13 @@ impl Limiter {
 
     /// [`Limiter::try_acquire`] for a call that changes a machine. With a mutating bucket the
     /// call takes a token of that bucket and none of the shared one, as EC2 charges a
-    /// mutating action to its own bucket only; refused, it reserves nothing (the caller comes
-    /// back when a token is due). A caller holding a reservation of shared tokens waits for it
-    /// like any of its calls, and a due one counts this call as one of those it was set aside
-    /// for: that token goes back to the shared bucket instead of holding routine calls back
-    /// until it is stale. Never waits.
+    /// mutating action to its own bucket only; refused, the caller holds the next free token
+    /// of that bucket, so that writers turned away together come back spaced at its rate,
+    /// each once, instead of all retrying (and re-reading) whenever a token frees
+    /// (`refused_writes_come_back_spaced_at_the_mutating_rate`). A caller holding a
+    /// reservation of shared tokens waits for it like any of its calls, and a due one counts
+    /// this call as one of those it was set aside for: that token goes back to the shared
+    /// bucket instead of holding routine calls back until it is stale. Never waits.
     pub fn try_acquire_write(&self, caller: &str, taken: u32) -> Result<Permit, Duration> {
         let Some(writes) = &self.writes else {
             return self.try_acquire(caller, taken);
@@ -153,7 +166,23 @@ impl Limiter {
         {
             return Err(reserved.due - now);
         }
-        lock(writes).try_take(now)?;
+        {
+            let mut writes = lock(writes);
+            match writes.reserved.get(caller).copied() {
+                Some(due) if due > now => return Err(due - now),
+                Some(_) => {
+                    writes.reserved.remove(caller);
+                }
+                None => {
+                    if let Some(due) = writes.bucket.reserve(now) {
+                        // Callers that never came back (deleted VMs) are forgotten.
+                        writes.reserved.retain(|_, d| *d + STALE_RESERVATION > now);
+                        writes.reserved.insert(caller.to_owned(), due);
+                        return Err(due - now);
+                    }
+                }
+            }
+        }
         if let Some(reserved) = reservations.get_mut(caller) {
             reserved.left = reserved.left.saturating_sub(1);
             if reserved.left == 0 {
@@ -170,9 +199,9 @@ impl Limiter {
         match &self.writes {
             Some(writes) => {
                 let now = Instant::now();
-                let mut writes = writes.lock().unwrap_or_else(PoisonError::into_inner);
-                writes.throttled(now);
-                (self.budget(), Some(writes.rate(now)))
+                let mut writes = lock(writes);
+                writes.bucket.throttled(now);
+                (self.budget(), Some(writes.bucket.rate(now)))
             }
             None => (self.throttled(), None),
         }
@@ -180,9 +209,8 @@ impl Limiter {
 
     /// Calls that change machines allowed per second now, when they have their own bucket.
     pub fn write_budget(&self) -> Option<f64> {
-        let writes = self.writes.as_ref()?;
-        let mut writes = writes.lock().unwrap_or_else(PoisonError::into_inner);
-        Some(writes.rate(Instant::now()))
+        let mut writes = lock(self.writes.as_ref()?);
+        Some(writes.bucket.rate(Instant::now()))
     }
 
     /// A permit for a routine call, or how long to wait: refused while any caller holds a
@@ -315,6 +343,41 @@ mod tests {
             50.0,
             "without a mutating bucket a write's throttle halves the shared one"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn refused_writes_come_back_spaced_at_the_mutating_rate() {
+        let limiter = Limiter::new(&Limits {
+            mutating_requests_per_second: Some(10),
+            mutating_burst: Some(1),
+            ..limits(1000, 1000, 100)
+        });
+        assert!(
+            limiter.try_acquire_write("a", 0).is_ok(),
+            "the burst is free"
+        );
+        let b = limiter.try_acquire_write("b", 0).unwrap_err();
+        let c = limiter.try_acquire_write("c", 0).unwrap_err();
+        assert_eq!(b, Duration::from_millis(100));
+        assert_eq!(c, Duration::from_millis(200), "queued at the rate");
+        assert_eq!(
+            limiter.try_acquire_write("b", 0).unwrap_err(),
+            b,
+            "asking again early keeps the same token"
+        );
+        tokio::time::advance(b).await;
+        assert!(
+            limiter.try_acquire_write("b", 0).is_ok(),
+            "its token is due"
+        );
+        assert!(limiter.try_acquire_write("c", 0).is_err(), "not yet due");
+        assert_eq!(
+            limiter.try_acquire_write("d", 0).unwrap_err(),
+            Duration::from_millis(200),
+            "a newcomer queues behind c"
+        );
+        tokio::time::advance(Duration::from_millis(100)).await;
+        assert!(limiter.try_acquire_write("c", 0).is_ok());
     }
 
     #[tokio::test(start_paused = true)]
