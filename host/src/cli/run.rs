@@ -54,7 +54,8 @@ pub struct RunArgs {
     pub cloud_view: CloudView,
 
     /// Reconciles running at once, per resource kind (0: unbounded). The same object is never
-    /// reconciled twice at once.
+    /// reconciled twice at once, and drift checks hold at most three quarters of these, so
+    /// that work that changes something always finds one.
     #[arg(long, env = "VMOP_MAX_CONCURRENT_RECONCILES", default_value_t = 16)]
     pub max_concurrent_reconciles: u16,
 

@@ -11,6 +11,7 @@ use crate::controller::provider_config::Resolver;
 use crate::controller::provider_config::locations::Locations;
 use crate::controller::provider_config::view::CloudViews;
 use crate::controller::runtime::backoff::{BackoffConfig, Backoffs};
+use crate::controller::runtime::drift_slots::DriftSlots;
 use crate::controller::runtime::index::VmIndex;
 use crate::controller::vm::Attempts;
 use crate::telemetry::events::EventSink;
@@ -70,6 +71,8 @@ pub struct Context {
     /// VMs to reconcile now (a listing of the cloud saw their machine change).
     pub vm_queue: futures::channel::mpsc::UnboundedSender<ObjectRef<VirtualMachine>>,
     pub pc_backoffs: Backoffs<ObjectRef<ProviderConfig>>,
+    /// The reconcile workers drift checks may hold.
+    pub drift_slots: DriftSlots,
     /// The shards this replica holds, when sharded; `None` reconciles everything.
     pub shards: Option<Arc<crate::leader::shards::Shards>>,
 }

@@ -20,6 +20,7 @@ use super::context::{Context, Options};
 use super::provider_config::Resolver;
 use super::reconcile;
 use super::runtime::backoff::Backoffs;
+use super::runtime::drift_slots::DriftSlots;
 use super::runtime::index::VmIndex;
 use super::runtime::limiter::Limiters;
 use super::runtime::watches::{self, Fanout};
@@ -185,6 +186,7 @@ fn context(
         locations: Default::default(),
         views: Default::default(),
         vm_queue: queues.vms.0.clone(),
+        drift_slots: DriftSlots::for_workers(config.max_concurrent_reconciles),
         shards: held.clone(),
     })
 }

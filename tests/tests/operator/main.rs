@@ -38,6 +38,7 @@ mod operator_rbac;
 mod operator_redaction;
 mod operator_sharding;
 mod operator_throttle;
+mod operator_workers;
 mod operator_writes;
 mod plan;
 

@@ -55,6 +55,7 @@ use crate::controller::context::{Context, Options};
 use crate::controller::error::{Error, Retry};
 use crate::controller::provider_config::Provider;
 use crate::controller::runtime::backoff::jitter;
+use crate::controller::runtime::drift_slots;
 use crate::plugin::Phase;
 use act::Run;
 use calls::Calls;
@@ -117,6 +118,17 @@ pub async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Req
         day2::record_paused(&vm, &api).await?;
         return Ok(Requeue::await_change());
     }
+    // A drift check holds one of the workers kept for them, or makes way for work that
+    // changes something (runtime::drift_slots).
+    let routine = is_drift_check(&vm);
+    let _slot = match routine.then(|| ctx.drift_slots.try_take()) {
+        Some(None) => {
+            tracing::debug!("every drift-check worker is busy: looking again shortly");
+            return Ok(Requeue::requeue(jitter(drift_slots::BUSY_RETRY, 0.5)));
+        }
+        Some(Some(slot)) => Some(slot),
+        None => None,
+    };
     let prepared = match resolve(&vm, &ctx).await {
         Ok(provider) => vm_spec(&vm, provider.plugin.info()).map(|spec| (spec, provider)),
         Err(error) => Err(error),
@@ -134,7 +146,7 @@ pub async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Req
         provider: &provider,
         vm: format!("{namespace}/{}", vm.name_any()),
         taken: Default::default(),
-        routine: is_drift_check(&vm),
+        routine,
     };
     let mut effects = Live::new(calls, &api, &ctx.events, spec, (*vm).clone());
     effects.view_freshness = facts::poll_interval(&vm, &ctx.options).saturating_mul(2);
