@@ -127,24 +127,36 @@ async fn without_the_cache_volume(
 ) -> anyhow::Result<()> {
     use k8s_openapi::api::apps::v1::{Deployment, DeploymentStrategy};
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
-    let mut deployment = deployments.get("vmop").await?;
-    let spec = &mut deployment.spec;
-    spec.strategy = Some(DeploymentStrategy {
-        type_: Some("Recreate".to_owned()),
-        rolling_update: None,
-    });
-    let pod = spec.template.spec.as_mut().context("a Pod template")?;
-    if let Some(volumes) = pod.volumes.as_mut() {
-        volumes.retain(|v| v.name != "cache");
-    }
-    for container in &mut pod.containers {
-        if let Some(mounts) = container.volume_mounts.as_mut() {
-            mounts.retain(|m| m.name != "cache");
+    // The deployment controller writes the object too (its status): a replace made from an
+    // older read is refused (409) and made again from a fresh one.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut deployment = deployments.get("vmop").await?;
+        let spec = &mut deployment.spec;
+        spec.strategy = Some(DeploymentStrategy {
+            type_: Some("Recreate".to_owned()),
+            rolling_update: None,
+        });
+        let pod = spec.template.spec.as_mut().context("a Pod template")?;
+        if let Some(volumes) = pod.volumes.as_mut() {
+            volumes.retain(|v| v.name != "cache");
+        }
+        for container in &mut pod.containers {
+            if let Some(mounts) = container.volume_mounts.as_mut() {
+                mounts.retain(|m| m.name != "cache");
+            }
+        }
+        match deployments
+            .replace("vmop", &PostParams::default(), &deployment)
+            .await
+        {
+            Err(kube::Error::Api(e)) if e.code == 409 && Instant::now() < deadline => continue,
+            result => {
+                result?;
+                break;
+            }
         }
     }
-    deployments
-        .replace("vmop", &PostParams::default(), &deployment)
-        .await?;
     let started = Instant::now();
     loop {
         let pods = operator_pods(client).await?;
