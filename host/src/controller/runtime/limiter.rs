@@ -66,6 +66,19 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// Counts one call of `caller` against its reservation, forgotten once used up; whether it
+/// held one.
+fn use_one(reservations: &mut Reservations, caller: &str) -> bool {
+    let Some(reserved) = reservations.get_mut(caller) else {
+        return false;
+    };
+    reserved.left = reserved.left.saturating_sub(1);
+    if reserved.left == 0 {
+        reservations.remove(caller);
+    }
+    true
+}
+
 /// The mutating bucket and the callers holding one of its tokens: when it is due, by caller.
 #[derive(Debug)]
 struct Writes {
@@ -125,13 +138,10 @@ impl Limiter {
             if reserved.due > now {
                 return Err(reserved.due - now);
             }
-            reserved.left = reserved.left.saturating_sub(1);
-            if reserved.left == 0 {
-                reservations.remove(caller);
-            }
+            use_one(&mut reservations, caller);
             return Ok(Permit { _slot: slot });
         }
-        let mut bucket = self.bucket.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut bucket = lock(&self.bucket);
         if bucket.try_take(now).is_ok() {
             return Ok(Permit { _slot: slot });
         }
@@ -183,11 +193,7 @@ impl Limiter {
                 }
             }
         }
-        if let Some(reserved) = reservations.get_mut(caller) {
-            reserved.left = reserved.left.saturating_sub(1);
-            if reserved.left == 0 {
-                reservations.remove(caller);
-            }
+        if use_one(&mut reservations, caller) {
             lock(&self.bucket).give_back();
         }
         Ok(Permit { _slot: slot })
@@ -223,7 +229,7 @@ impl Limiter {
         if let Some(last) = reservations.values().map(|r| r.due).max() {
             return Err(last.saturating_duration_since(now) + spread());
         }
-        let mut bucket = self.bucket.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut bucket = lock(&self.bucket);
         match bucket.try_take(now) {
             Ok(()) => Ok(Permit { _slot: slot }),
             Err(wait) => Err(wait + spread()),
@@ -237,10 +243,7 @@ impl Limiter {
             .clone()
             .try_acquire_owned()
             .map_err(|_| BUSY_RETRY)?;
-        let reservations = self
-            .reservations
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let reservations = lock(&self.reservations);
         Ok((slot, reservations))
     }
 
@@ -248,14 +251,14 @@ impl Limiter {
     /// Returns the rate now, calls per second.
     pub fn throttled(&self) -> f64 {
         let now = Instant::now();
-        let mut bucket = self.bucket.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut bucket = lock(&self.bucket);
         bucket.throttled(now);
         bucket.rate(now)
     }
 
     /// Calls per second allowed now.
     pub fn budget(&self) -> f64 {
-        let mut bucket = self.bucket.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut bucket = lock(&self.bucket);
         bucket.rate(Instant::now())
     }
 
@@ -273,7 +276,7 @@ pub struct Limiters {
 impl Limiters {
     /// The limiter of `name`, replaced when `limits` differ from the ones it was built with.
     pub fn get(&self, name: &str, limits: &Limits) -> Arc<Limiter> {
-        let mut map = self.by_name.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut map = lock(&self.by_name);
         match map.get(name) {
             Some(l) if l.limits() == limits => l.clone(),
             _ => {
@@ -286,10 +289,7 @@ impl Limiters {
 
     /// Forgets a deleted ProviderConfig.
     pub fn remove(&self, name: &str) {
-        self.by_name
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(name);
+        lock(&self.by_name).remove(name);
     }
 }
 
