@@ -1,7 +1,7 @@
 //! The testcloud's HTTP JSON API (see the module docs of [`crate::cloud`]): routing, the
 //! bearer token, the latency, the throttles and the answers.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -24,6 +24,8 @@ pub(crate) struct Shared {
     pub ec2: Option<Mutex<Ec2Buckets>>,
     /// The state of the latency draws (splitmix64), seeded from the clock.
     draws: AtomicU64,
+    /// A fault a test injects: paged listings answer 503 (see [`super::Cloud::refuse_listings`]).
+    pub refuse_listings: AtomicBool,
 }
 
 impl Shared {
@@ -41,6 +43,7 @@ impl Shared {
             bucket,
             ec2,
             draws: AtomicU64::new(seed),
+            refuse_listings: AtomicBool::new(false),
         }
     }
 
@@ -325,6 +328,13 @@ fn list(shared: &Shared, query: Option<&str>) -> Response {
     if let Some(uid) = uid {
         let machines = shared.store().by_uid(&uid);
         return json(StatusCode::OK, &List { machines });
+    }
+    if shared.refuse_listings.load(Ordering::Relaxed) {
+        return refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "listings are refused for now",
+        );
     }
     let limit = match query_param(query, "limit").map(str::parse::<usize>) {
         None => MAX_PAGE,

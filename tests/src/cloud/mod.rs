@@ -12,7 +12,7 @@
 //! |---|---|
 //! | `POST /v1/machines` `{uid, image, cpu, memoryMib, userData?, tags?, ifAbsent?}` | 201, the machine; with `ifAbsent: true` and a machine of `uid` already there, 200 and the oldest of them instead; 422 for an unknown image; 400 for a body that is not that JSON |
 //! | `GET /v1/machines?uid=U` | 200 `{"machines": [...]}`, all the machines made for `U`, oldest first; 400 for a bad escape |
-//! | `GET /v1/machines?cluster=C&limit=L&after=ID` (each optional, without `uid`) | 200 `{"machines": [...], "next": ID \| null}`: a page, in id order, of the machines tagged `vmop.dev/cluster: C` (any machine without `cluster`), those after id `ID` only (which need not exist any more), at most `L` (1..=1000, default 1000); `next` is the page's last id when more follow, else `null`; 400 for another `limit` or a bad escape |
+//! | `GET /v1/machines?cluster=C&limit=L&after=ID` (each optional, without `uid`) | 200 `{"machines": [...], "next": ID \| null}`: a page, in id order, of the machines tagged `vmop.dev/cluster: C` (any machine without `cluster`), those after id `ID` only (which need not exist any more), at most `L` (1..=1000, default 1000); `next` is the page's last id when more follow, else `null`; 400 for another `limit` or a bad escape; 503 while a test refuses listings ([`Cloud::refuse_listings`]) |
 //! | `GET /v1/machines/{id}` | 200, the machine; 404 |
 //! | `DELETE /v1/machines/{id}` | 204; 404 |
 //! | `POST /v1/machines/{id}/start`, `.../stop` | 200, the machine (idempotent); 404 |
@@ -269,6 +269,19 @@ impl Cloud {
     /// Ids of the live machines, oldest first.
     pub fn live(&self) -> Vec<String> {
         self.machines().into_iter().map(|m| m.id).collect()
+    }
+
+    /// Starts or stops machine `id` behind the operator's back; `false` if there is none.
+    pub fn power(&self, id: &str, state: Power) -> bool {
+        self.shared.store().power(id, state).is_some()
+    }
+
+    /// While `refused`, every paged listing (`GET /v1/machines` without `uid`) answers 503
+    /// `unavailable`; other requests are served as ever.
+    pub fn refuse_listings(&self, refused: bool) {
+        self.shared
+            .refuse_listings
+            .store(refused, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

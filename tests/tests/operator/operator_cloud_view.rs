@@ -8,6 +8,11 @@
 //!   deleted once it is older than the creation grace period; one made moments ago is left
 //!   alone while it is inside the grace period; one with another cluster's mark is never
 //!   counted nor touched; the VM's own machine is untouched. `vmop plan` lists the orphan.
+//! - While listings succeed, a settled VM whose drift check the listing answered is checked
+//!   again only ten poll intervals later (the listing reports its machine's changes); the first
+//!   listing that fails reconciles it at once, and it calls `get` again once the last listing
+//!   is too old to answer, so a machine stopped behind the operator's back meanwhile is seen
+//!   and started before the listing fails a second time, not ten poll intervals later.
 //! - A plugin built against contract 0.2 (`testcloud-v02`) still runs a VM's whole life, with
 //!   no `list` asked of it.
 
@@ -16,7 +21,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, ensure};
 use kube::api::ListParams;
 use vmop::api::{OrphanPolicy, ProviderConfig};
-use vmop_tests::cloud::{self, Cloud, Config};
+use vmop_tests::cloud::{self, Cloud, Config, Power};
 use vmop_tests::operator::{Env, Operator, UID_TAG, wait_for};
 
 use crate::operator_bin;
@@ -66,6 +71,23 @@ fn lists(operator: &Operator, pc: &str) -> usize {
         .iter()
         .filter(|c| c.op == "list" && c.vm == vm && c.outcome == "ok")
         .count()
+}
+
+fn failed_lists(operator: &Operator, pc: &str) -> usize {
+    let vm = format!("providerconfig/{pc}");
+    operator
+        .provider_calls()
+        .iter()
+        .filter(|c| c.op == "list" && c.vm == vm && c.outcome != "ok")
+        .count()
+}
+
+/// Reconciles of the VM controller: every one of a test's single VM.
+async fn vm_reconciles(operator: &Operator) -> anyhow::Result<f64> {
+    Ok(operator.metrics().await?.sum(
+        "controller_runtime_reconcile_total",
+        &[("controller", "virtualmachine")],
+    ))
 }
 
 fn gets_for(operator: &Operator, vm: &str) -> usize {
@@ -301,5 +323,73 @@ async fn a_contract_0_2_plugin_runs_a_vms_whole_life() -> anyhow::Result<()> {
         operator.calls_for("old").iter().any(|c| c.op == "get"),
         "a 0.2 plugin's VM is observed with get"
     );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn checks_are_spaced_while_listings_succeed_and_resume_when_they_fail() -> anyhow::Result<()>
+{
+    let env = Env::new("view-steady").await?;
+    let cloud = Cloud::start(Config::default()).await?;
+    let pc = provider_with(&env, &cloud, 100).await?;
+    // A failed listing is retried after the poll interval: long enough that a VM checking
+    // for itself at once is seen to do so before the second failure.
+    let operator = env
+        .operator()
+        .args_from(["--resync-period", PERIOD, "--poll-interval", "10s"])
+        .start(operator_bin())?;
+    env.create_vm(env.vm("steady", &pc).image(cloud::IMAGE))
+        .await?;
+    let vm = env.wait_ready("steady").await?;
+    let id = vm.status.and_then(|s| s.id).context("no id recorded")?;
+    let ready_lists = lists(&operator, &pc);
+    until("two listings after Ready", || {
+        Ok(lists(&operator, &pc) >= ready_lists + 2)
+    })
+    .await?;
+
+    // Ten listings (ten poll intervals): at most the checks that were already due, not one a
+    // period.
+    let (from, reconciles) = (lists(&operator, &pc), vm_reconciles(&operator).await?);
+    until("ten more listings", || {
+        Ok(lists(&operator, &pc) >= from + 10)
+    })
+    .await?;
+    let spaced = vm_reconciles(&operator).await? - reconciles;
+    ensure!(
+        spaced <= 3.0,
+        "{spaced} reconciles of a settled VM over ten successful listings"
+    );
+
+    // Right after one of its checks, so that its own next one is ten periods away: listings
+    // fail and the machine is stopped behind the operator's back.
+    let checked = vm_reconciles(&operator).await?;
+    let deadline = Instant::now() + DEADLINE;
+    while vm_reconciles(&operator).await? <= checked {
+        ensure!(
+            Instant::now() < deadline,
+            "no drift check within {DEADLINE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    cloud.refuse_listings(true);
+    let (failed, gets) = (failed_lists(&operator, &pc), gets_for(&operator, "steady"));
+    ensure!(cloud.power(&id, Power::Stopped), "no machine {id}");
+    until("the VM to get its machine again", || {
+        Ok(gets_for(&operator, "steady") > gets)
+    })
+    .await?;
+    let failures = failed_lists(&operator, &pc) - failed;
+    ensure!(
+        failures <= 1,
+        "the VM called get only after {failures} failed listings"
+    );
+    until("the machine started again", || {
+        Ok(cloud
+            .machines()
+            .iter()
+            .any(|m| m.id == id && m.state == Power::Running))
+    })
+    .await?;
     Ok(())
 }

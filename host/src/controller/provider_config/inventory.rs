@@ -62,6 +62,12 @@ pub async fn refresh(ctx: &Context, pc: &ProviderConfig, provider: &Provider) ->
             } else {
                 tracing::warn!(provider_config = %name, error = %chain(&error), "listing the cloud failed; keeping the previous listing");
             }
+            if !error.waits_for_budget() && ctx.views.failed(&name) {
+                // The VMs it answered for no longer hear of changes: each checks for itself.
+                for id in last.iter().flat_map(|l| l.machines.keys()) {
+                    trigger(ctx, id);
+                }
+            }
             let orphans = last.and_then(|l| u32::try_from(l.orphans.len()).ok());
             return Some(Refreshed {
                 orphans,
@@ -70,22 +76,31 @@ pub async fn refresh(ctx: &Context, pc: &ProviderConfig, provider: &Provider) ->
         }
     };
     let orphans = judge(ctx, pc, provider, &mut listing, last.as_deref()).await;
-    if let Some(last) = last.as_deref().filter(|l| l.identity == listing.identity) {
-        for id in view::changed(last, &listing) {
-            if let Some(vm) = ctx.index.vm_of_machine(&id) {
-                // A closed queue means the VM controller stopped: nothing left to trigger.
-                let _ = ctx.vm_queue.unbounded_send(vm);
-            }
-        }
-    }
+    let changed = last
+        .as_deref()
+        .filter(|l| l.identity == listing.identity)
+        .map(|last| view::changed(last, &listing))
+        .unwrap_or_default();
     ctx.metrics
         .set_cloud_view(&name, listing.machines.len(), listing.orphans.len());
     tracing::debug!(provider_config = %name, machines = listing.machines.len(), orphans = listing.orphans.len(), elapsed_ms = listing.started.elapsed().as_millis() as u64, "listed the cloud");
+    // In place before the triggered VMs read it, or they would read the last listing's word.
     ctx.views.set(&name, listing);
+    for id in &changed {
+        trigger(ctx, id);
+    }
     Some(Refreshed {
         orphans,
         again_in: period,
     })
+}
+
+/// Reconciles the VM whose machine is `id`, if this process knows it.
+fn trigger(ctx: &Context, id: &str) {
+    if let Some(vm) = ctx.index.vm_of_machine(id) {
+        // A closed queue means the VM controller stopped: nothing left to trigger.
+        let _ = ctx.vm_queue.unbounded_send(vm);
+    }
 }
 
 /// When to list again after `error`: when the token or the cloud's delay is due, after the poll

@@ -15,8 +15,15 @@
 //!   read as absence: the check calls `get`, so `decide`'s rules about absence (find, grace
 //!   period, location) hold exactly as without a view (test: `a_view_answers_only_what_it_may`).
 //! - A machine that a new listing shows otherwise than the last one, or no longer shows, has its
-//!   VM reconciled at once ([`changed`]), so drift shows within one listing period; the VM's
-//!   own drift checks keep running besides.
+//!   VM reconciled at once ([`changed`]), after the new listing is in place so that the
+//!   reconcile reads it; drift shows within one listing period.
+//! - So while listings succeed ([`CloudViews::steady`]) a VM's own drift check is a backstop: one
+//!   the view answered without any call is followed by the next only [`STEADY_CHECKS_APART`]
+//!   poll intervals later (`vm::requeue`), which is what keeps a settled fleet's operator idle.
+//!   The first listing that fails after a complete one reconciles every VM that listing holds
+//!   ([`CloudViews::failed`]), and until a listing succeeds again their checks come at their
+//!   poll interval and call `get` once the listing is too old to answer (test:
+//!   `operator_cloud_view::checks_are_spaced_while_listings_succeed_and_resume_when_they_fail`).
 //! - A listing is complete or it is not used: a failed or throttled page keeps the previous
 //!   listing, and a plugin that pages forever (more than [`MAX_PAGES`], or a cursor it already
 //!   gave) fails the listing (`a_listing_follows_cursors_to_the_end_and_refuses_a_loop`).
@@ -37,6 +44,10 @@ use crate::plugin::{ListedMachine, Page, VmStatus};
 
 /// Pages one listing may take: 1,000,000 machines at the contract's largest page.
 pub const MAX_PAGES: usize = 1000;
+
+/// Poll intervals between a VM's drift checks while the view answers them and its listings
+/// succeed (see the module docs).
+pub const STEADY_CHECKS_APART: u32 = 10;
 
 /// One complete listing of a ProviderConfig's machines.
 #[derive(Debug, Clone)]
@@ -80,6 +91,8 @@ impl ListingError {
 pub struct CloudViews {
     listings: Mutex<HashMap<String, Arc<Listing>>>,
     touched: Mutex<HashMap<String, Instant>>,
+    /// ProviderConfigs whose last listing attempt failed (their listing is kept, not steady).
+    failing: Mutex<HashSet<String>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -103,11 +116,25 @@ impl CloudViews {
         if let Some(oldest) = oldest {
             lock(&self.touched).retain(|_, at| *at >= oldest);
         }
+        lock(&self.failing).remove(name);
     }
 
     /// Forgets the ProviderConfig's listing (deleted, or no longer listable).
     pub fn forget(&self, name: &str) {
         lock(&self.listings).remove(name);
+        lock(&self.failing).remove(name);
+    }
+
+    /// A listing of the ProviderConfig failed: whether it is the first failure since its last
+    /// complete listing (then the VMs that listing answered for must check for themselves).
+    pub fn failed(&self, name: &str) -> bool {
+        lock(&self.listings).contains_key(name) && lock(&self.failing).insert(name.to_owned())
+    }
+
+    /// Whether the ProviderConfig's last listing attempt succeeded: its listings are running,
+    /// so a machine that changes shows in the next one ([`changed`]).
+    pub fn steady(&self, name: &str) -> bool {
+        lock(&self.listings).contains_key(name) && !lock(&self.failing).contains(name)
     }
 
     /// This process is about to ask the cloud to change machine `id` (create answered it,

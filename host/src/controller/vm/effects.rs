@@ -85,6 +85,8 @@ pub struct Live<'a> {
     /// How old a listing of the cloud may be to answer this VM's drift check (its poll
     /// interval).
     pub view_freshness: std::time::Duration,
+    /// The cloud view answered this reconcile's observation.
+    pub viewed: bool,
 }
 
 impl<'a> Live<'a> {
@@ -104,6 +106,7 @@ impl<'a> Live<'a> {
             vm,
             written,
             view_freshness: std::time::Duration::ZERO,
+            viewed: false,
         }
     }
 
@@ -134,6 +137,7 @@ impl Effects for Live<'_> {
 
     async fn get(&mut self, id: &str) -> Result<Option<VmStatus>, Error> {
         if let Some(machine) = self.calls.viewed(id, self.view_freshness) {
+            self.viewed = true;
             return Ok(Some(machine));
         }
         self.calls.get(id).await

@@ -44,6 +44,7 @@
 //! lost responses, throttling and moves), and the operator tests in `tests/tests/`.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use kube::runtime::controller::Action as Requeue;
@@ -54,6 +55,7 @@ use crate::api::{SlimVirtualMachine, VM_FINALIZER, VirtualMachine, VirtualMachin
 use crate::controller::context::{Context, Options};
 use crate::controller::error::{Error, Retry};
 use crate::controller::provider_config::Provider;
+use crate::controller::provider_config::view::STEADY_CHECKS_APART;
 use crate::controller::runtime::backoff::jitter;
 use crate::controller::runtime::drift_slots;
 use crate::plugin::Phase;
@@ -157,7 +159,10 @@ pub async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Req
     }
     ctx.vm_backoffs.reset(&key);
     ctx.vm_slow_backoffs.reset(&key);
-    Ok(requeue(&outcome, &ctx.options, &vm))
+    let steady = effects.viewed
+        && effects.calls.taken.load(Ordering::Relaxed) == 0
+        && ctx.views.steady(&provider.name);
+    Ok(requeue(&outcome, &ctx.options, &vm, steady))
 }
 
 /// Runs the decision loop for one VM and carries out its action through `fx`, updating
@@ -190,12 +195,19 @@ pub async fn drive<E: Effects>(
     }
 }
 
-/// When to look again: soon while the machine is on its way, after the resync period (drift
-/// detection) once it has settled.
-fn requeue(outcome: &Outcome, options: &Options, vm: &VirtualMachine) -> Requeue {
+/// When to look again: soon while the machine is on its way, after the poll interval (drift
+/// detection) once it has settled, or [`STEADY_CHECKS_APART`] of them when a steady cloud view
+/// answered without a call (`steady`: its listings report changes meanwhile).
+fn requeue(outcome: &Outcome, options: &Options, vm: &VirtualMachine, steady: bool) -> Requeue {
     match outcome {
         Outcome::Settled(Phase::Running | Phase::Stopped | Phase::Failed) => {
-            Requeue::requeue(jitter(facts::poll_interval(vm, options), 0.1))
+            let every = facts::poll_interval(vm, options);
+            let every = if steady {
+                every.saturating_mul(STEADY_CHECKS_APART)
+            } else {
+                every
+            };
+            Requeue::requeue(jitter(every, 0.1))
         }
         Outcome::Settled(_) | Outcome::Deleting | Outcome::Transition => {
             Requeue::requeue(jitter(options.poll_interval, 0.1))
@@ -233,6 +245,7 @@ mod tests {
             after in prop_oneof![Just(Duration::MAX), any::<u64>().prop_map(Duration::from_nanos)],
             poll in ".{0,30}",
             which in 0u8..7,
+            steady in any::<bool>(),
         ) {
             let mut vm = VirtualMachine::new("web", VirtualMachineSpec::new("pc", "img", 1, "1Gi"));
             vm.metadata.annotations = Some([(POLL_INTERVAL.to_owned(), poll)].into());
@@ -245,7 +258,7 @@ mod tests {
                 5 => Outcome::Blocked,
                 _ => Outcome::Transition,
             };
-            let _ = requeue(&outcome, &Options::new("ops"), &vm);
+            let _ = requeue(&outcome, &Options::new("ops"), &vm, steady);
         }
     }
 }
