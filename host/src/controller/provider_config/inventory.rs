@@ -134,17 +134,15 @@ async fn judge(
             .as_ref()
             .is_none_or(|s| s.holding(shard_of(owner, s.count())).is_some())
     };
-    let judged: std::collections::HashMap<_, _> = listing
+    let judged = listing
         .machines
         .iter()
-        .filter(|(_, m)| m.status.owner.as_deref().is_some_and(mine))
-        .map(|(id, m)| (id.clone(), m.clone()))
-        .collect();
+        .filter(|(_, m)| m.status.owner.as_deref().is_some_and(mine));
     let now_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     let found = view::orphans(
-        &judged,
+        judged,
         last.map(|l| &l.orphans),
         &ctx.options.cluster_id,
         &uids,

@@ -244,8 +244,8 @@ pub struct Orphans {
 /// (every VirtualMachine of this cluster). `deletable` are those that were orphans in
 /// `previous` too and were made, by the cloud's word, more than `grace` before `now_ms`
 /// (milliseconds since the Unix epoch).
-pub fn orphans(
-    listing: &HashMap<String, ListedMachine>,
+pub fn orphans<'a>(
+    listing: impl IntoIterator<Item = (&'a String, &'a ListedMachine)>,
     previous: Option<&HashSet<String>>,
     cluster: &str,
     uids: &HashSet<String>,
