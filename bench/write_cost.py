@@ -52,15 +52,16 @@ def without(status_of, *fields):
 
 
 # shape: (status, annotations written with the finalizer). `vmop-nosynced` and `vmop-lean` (no
-# `Synced`, no create-location annotation) are candidates, not what vmop writes today.
+# `Synced`, no create annotations) are candidates, not what vmop writes today.
+CREATE = {"vmop.dev/create-location": LOCATION, "vmop.dev/create-parameters": "{}"}
 SHAPES = {
-    "vmop": (vmop_status, {"vmop.dev/create-location": LOCATION}),
+    "vmop": (vmop_status, CREATE),
     "peer": (peer_status, {}),
-    "vmop-nosynced": (without(vmop_status, "Synced"), {"vmop.dev/create-location": LOCATION}),
+    "vmop-nosynced": (without(vmop_status, "Synced"), CREATE),
     "vmop-lean": (without(vmop_status, "Synced"), {}),
 }
 # With vmop-nosynced: one shape per thing vmop stores beyond the peer, each dropped alone.
-SHAPES.update({f"vmop-no-{f.lower()}": (without(vmop_status, f), {"vmop.dev/create-location": LOCATION})
+SHAPES.update({f"vmop-no-{f.lower()}": (without(vmop_status, f), CREATE)
                for f in ("addresses", "applied", "location")})
 SHAPES["vmop-no-annotation"] = (vmop_status, {})
 VERBS = ("patch", "put")

@@ -47,6 +47,7 @@ mod day2;
 #[path = "simulation/fleet.rs"]
 mod fleet;
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::pin;
 use std::task::{Context as TaskContext, Poll};
@@ -56,14 +57,16 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use vmop::api::{
-    CREATE_LOCATION, VM_FINALIZER, VirtualMachine, VirtualMachineSpec, VirtualMachineStatus,
+    CREATE_LOCATION, CREATE_PARAMETERS, VM_FINALIZER, VirtualMachine, VirtualMachineSpec,
+    VirtualMachineStatus,
 };
 use vmop::controller::Error;
 use vmop::controller::vm::Attempts;
 use vmop::controller::vm::{Effects, Severity};
 use vmop::controller::vm::{Facts, drive, facts, is_drift_check, vm_spec};
 use vmop::plugin::{
-    CallError, Operation, Phase, PluginInfo, ProviderError, UpdateOutcome, VmStatus,
+    CallError, Operation, Parameter, ParameterKind, Phase, PluginInfo, ProviderError,
+    UpdateOutcome, VmStatus,
 };
 
 const GRACE: Duration = Duration::from_secs(30);
@@ -122,6 +125,8 @@ struct Machine {
     running: bool,
     /// Its size, as `update` last made it.
     memory_mib: u64,
+    /// Launch-only parameter `subnet`, as `create` was handed it (the day-2 schedules).
+    subnet: Option<String>,
 }
 
 /// What the fake plugin can do (`day2.rs` varies it per seed; the original schedules run
@@ -136,6 +141,9 @@ struct Abilities {
     replace_only: bool,
     /// `consistent-get`: calls by id see a machine as soon as `create` answered it.
     consistent_get: bool,
+    /// The plugin declares a launch-only parameter `subnet`: `update` must never be asked
+    /// while the spec's differs from the machine's.
+    launch_only: bool,
 }
 
 /// The world one schedule runs in.
@@ -362,6 +370,8 @@ struct Fake<'w> {
     crashed: bool,
     /// `spec.memory` of the view this reconcile started from, in MiB.
     desired_mib: u64,
+    /// Its parameter `subnet`.
+    desired_subnet: Option<String>,
     /// The write calls (`update`, `start`, `stop`) made in this reconcile.
     writes: Vec<Operation>,
     /// The machines `delete` was asked for in this reconcile.
@@ -507,6 +517,7 @@ impl Fake<'_> {
                         deleting_until: None,
                         running: true,
                         memory_mib: f.desired_mib,
+                        subnet: f.desired_subnet.clone(),
                     });
                     id
                 }
@@ -670,6 +681,19 @@ impl Effects for Fake<'_> {
 
     async fn update(&mut self, id: &str) -> Result<UpdateOutcome, Error> {
         self.write_call(Operation::Update, id, self.world.abilities.update);
+        let subnet = self.desired_subnet.clone();
+        if let Some(m) = self
+            .world
+            .machines
+            .iter()
+            .find(|m| m.id == id && m.subnet != subnet)
+        {
+            let message = format!(
+                "update of {id} asked with launch-only subnet {subnet:?}; it was made with {:?}",
+                m.subnet
+            );
+            self.world.violations.push(message);
+        }
         let desired = self.desired_mib;
         self.perform(Operation::Update, format!("update {id}"), move |f| {
             let live_resize = f.world.abilities.live_resize;
@@ -731,27 +755,41 @@ impl Effects for Fake<'_> {
         .await
     }
 
-    async fn add_finalizer(&mut self, location: &str) -> Result<(), Error> {
+    async fn add_finalizer(
+        &mut self,
+        location: &str,
+        parameters: Option<&BTreeMap<String, String>>,
+    ) -> Result<(), Error> {
         let location = location.to_owned();
+        let parameters = parameters.map(recorded);
         self.perform(Operation::Get, "add finalizer".into(), move |f| {
             f.guarded(|vm| {
                 vm.metadata
                     .finalizers
                     .get_or_insert_with(Vec::new)
                     .push(VM_FINALIZER.into());
-                vm.annotations_mut()
-                    .insert(CREATE_LOCATION.into(), location);
+                let annotations = vm.annotations_mut();
+                annotations.insert(CREATE_LOCATION.into(), location);
+                if let Some(parameters) = parameters {
+                    annotations.insert(CREATE_PARAMETERS.into(), parameters);
+                }
             })
         })
         .await
     }
 
-    async fn intend(&mut self, location: &str) -> Result<(), Error> {
+    async fn intend(
+        &mut self,
+        location: &str,
+        parameters: &BTreeMap<String, String>,
+    ) -> Result<(), Error> {
         let location = location.to_owned();
+        let parameters = recorded(parameters);
         self.perform(Operation::Get, format!("intend {location}"), move |f| {
             f.guarded(|vm| {
-                vm.annotations_mut()
-                    .insert(CREATE_LOCATION.into(), location);
+                let annotations = vm.annotations_mut();
+                annotations.insert(CREATE_LOCATION.into(), location);
+                annotations.insert(CREATE_PARAMETERS.into(), parameters);
             })
         })
         .await
@@ -771,6 +809,11 @@ impl Effects for Fake<'_> {
     async fn event(&mut self, _: Severity, _: &str, reason: &str, _: String) {
         self.world.note(format!("  event {reason}"));
     }
+}
+
+/// `parameters` as the operator records them in annotation `vmop.dev/create-parameters`.
+fn recorded(parameters: &BTreeMap<String, String>) -> String {
+    serde_json::to_string(parameters).unwrap_or_default()
 }
 
 /// Polls a future whose every await resolves at once, except a crash, which never does.
@@ -822,9 +865,21 @@ fn plugin_info(abilities: Abilities) -> PluginInfo {
         .filter(|(_, on)| *on)
         .map(|(c, _)| c.to_owned())
         .collect(),
-        parameters: Vec::new(),
+        parameters: abilities
+            .launch_only
+            .then(|| Parameter {
+                name: SUBNET.into(),
+                kind: ParameterKind::Text,
+                description: "where the machine is attached, at launch only".into(),
+                mutable: false,
+            })
+            .into_iter()
+            .collect(),
     }
 }
+
+/// The fake plugin's launch-only parameter, when [`Abilities::launch_only`].
+const SUBNET: &str = "subnet";
 
 /// A reconcile of `view` as the operator starts one: the facts built from what `attempts`
 /// knows and the fake plugin declares, the status it starts from, and the fake effects it
@@ -851,6 +906,7 @@ fn begin<'w>(
         vm: view.clone(),
         crashed: false,
         desired_mib: spec.memory_mib,
+        desired_subnet: spec.parameters.get(SUBNET).cloned(),
         writes: Vec::new(),
         deletes: Vec::new(),
         calls: 0,

@@ -16,6 +16,11 @@ pub use virtual_machine::*;
 pub const VM_FINALIZER: &str = "vmop.dev/cleanup";
 /// Annotation on a VirtualMachine: the location its creates go to (see `controller::vm::decide`).
 pub const CREATE_LOCATION: &str = "vmop.dev/create-location";
+/// Annotation on a VirtualMachine: the `spec.parameters` its creates send (a JSON object of
+/// strings), written with [`CREATE_LOCATION`] before any create. A machine found after a
+/// create whose answer was lost was made with these: its launch-only parameters are known even
+/// though `status.applied` is not.
+pub const CREATE_PARAMETERS: &str = "vmop.dev/create-parameters";
 
 /// Annotation on a VirtualMachine: `"true"` pauses it (no plugin call at all, `Synced=False`
 /// reason `ReconcilePaused`); removing it resumes. Deletion waits too: the finalizer stays

@@ -1,13 +1,16 @@
 //! Day-2 schedules for the simulation: the fake plugin declares a random subset of `update`
-//! and `power` (and may resize live or only when stopped); the user edits memory, powerState
-//! and updateStrategy while faults run; someone powers the machine at the cloud; in some
+//! and `power` (and may resize live or only when stopped) and may declare a launch-only
+//! parameter `subnet`; the user edits memory, powerState, updateStrategy and `subnet` while
+//! faults run; someone powers the machine at the cloud; in some
 //! schedules another VM claims the machine at the cloud (its ownership mark changes).
 //!
 //! Checked after every step: no call whose capability is missing, no write (`update`, `start`,
 //! `stop`) twice in one reconcile, at most one live machine, no write (`delete` included) to a
-//! machine marked as another VM's. After the faults stop: the machine has the power state and
+//! machine marked as another VM's, no `update` asked while the spec's `subnet` differs from the
+//! machine's, and no `status.applied` recording a `subnet` other than the machine's. After the faults stop: the machine has the power state and
 //! size the spec asks, or the VM says why not (`RestartRequired=True` under `updateStrategy:
-//! Manual`, `PowerNotSupported`, `UpdateNotSupported`, `ReplacementRequired` from a plugin
+//! Manual`, `PowerNotSupported`, `UpdateNotSupported`, `InvalidSpec` for a changed `subnet`,
+//! `ReplacementRequired` from a plugin
 //! whose `update` answers needs-replacement (the machine is never replaced), `AdoptionConflict`
 //! once its machine was claimed); then deleting the VM leaves nothing of its own behind, and the claimed machine
 //! to its new owner.
@@ -20,7 +23,7 @@ use k8s_openapi::jiff::Timestamp;
 use vmop::api::{PowerState, UpdateStrategy, VirtualMachine, VirtualMachineStatus};
 use vmop::controller::vm::Attempts;
 
-use super::{Abilities, SETTLE_STEPS, STEPS, UID, World, advance, reconcile};
+use super::{Abilities, SETTLE_STEPS, STEPS, SUBNET, UID, World, advance, reconcile};
 
 /// The uid of the VM that claims the machine in some schedules.
 const OTHER: &str = "another-vm-uid";
@@ -40,9 +43,19 @@ fn edit(world: &mut World) {
     let Some(mut vm) = world.latest().cloned() else {
         return;
     };
-    let what = world.rng.below(3);
+    let what = world
+        .rng
+        .below(if world.abilities.launch_only { 4 } else { 3 });
     let spec = &mut vm.spec;
     let note = match what {
+        3 => {
+            let subnet = ["a", "b"].get(world.rng.below(3) as usize).copied();
+            match subnet {
+                Some(subnet) => spec.parameters.insert(SUBNET.into(), subnet.into()),
+                None => spec.parameters.remove(SUBNET),
+            };
+            format!("user sets parameter subnet {subnet:?}")
+        }
         0 => {
             let size = SIZES
                 .get(world.rng.below(3) as usize)
@@ -110,6 +123,27 @@ fn restart_required(vm: &VirtualMachine) -> bool {
     })
 }
 
+/// `status.applied` records the launch-only `subnet` the recorded machine was made with.
+fn applied_subnet_is_the_machines(world: &World) -> Result<(), String> {
+    let Some(status) = world.latest().and_then(|vm| vm.status.as_ref()) else {
+        return Ok(());
+    };
+    let (Some(id), Some(applied)) = (&status.id, &status.applied) else {
+        return Ok(());
+    };
+    let Some(machine) = world.machines.iter().find(|m| &m.id == id && m.live) else {
+        return Ok(());
+    };
+    let recorded = applied.parameters.get(SUBNET);
+    if recorded != machine.subnet.as_ref() {
+        return Err(format!(
+            "status.applied records subnet {recorded:?} for {id}, made with {:?}",
+            machine.subnet
+        ));
+    }
+    Ok(())
+}
+
 /// Whether the machine matches the spec, or the VM says why it cannot.
 fn converged(world: &World) -> Result<(), String> {
     let vm = world.latest().ok_or("the VM is gone")?;
@@ -119,9 +153,16 @@ fn converged(world: &World) -> Result<(), String> {
         .filter(|m| m.live && m.uid == UID)
         .collect();
     if live.is_empty() && world.stolen {
-        // Its machine was claimed: left alone, and the VM says so.
+        // Its machine was claimed: left alone, and the VM says so, or first that the spec
+        // asks another launch-only `subnet` (refused before any call).
+        let subnet = vm.spec.parameters.get(SUBNET).and_then(|v| v.as_str());
+        let relaunch = world
+            .machines
+            .iter()
+            .any(|m| m.live && m.uid != UID && m.subnet.as_deref() != subnet);
         return match synced_reason(vm).as_deref() {
             Some("AdoptionConflict") => Ok(()),
+            Some("InvalidSpec") if relaunch => Ok(()),
             other => Err(format!(
                 "the machine was claimed by another VM, and the VM says {other:?}"
             )),
@@ -130,6 +171,21 @@ fn converged(world: &World) -> Result<(), String> {
     let [machine] = live.as_slice() else {
         return Err(format!("{} live machines after settling", live.len()));
     };
+    // A changed launch-only `subnet` is refused before any call, and nothing else is done
+    // until it is reverted: the VM says so, and only when it is so.
+    let subnet = vm.spec.parameters.get(SUBNET).and_then(|v| v.as_str());
+    let refused = synced_reason(vm).as_deref() == Some("InvalidSpec");
+    if machine.subnet.as_deref() != subnet || refused {
+        return match (machine.subnet.as_deref() != subnet, refused) {
+            (true, true) => Ok(()),
+            (changed, _) => Err(format!(
+                "machine made with subnet {:?}, spec asks {subnet:?}, Synced {:?} (changed: \
+                 {changed})",
+                machine.subnet,
+                synced_reason(vm)
+            )),
+        };
+    }
     let abilities = world.abilities;
     let want_running = vm.spec.power_state == PowerState::Running;
     let unsupported =
@@ -179,6 +235,7 @@ pub(super) async fn run(world: &mut World) -> Result<(), String> {
         live_resize: world.rng.chance(30),
         replace_only: world.rng.chance(15),
         consistent_get: world.rng.chance(50),
+        launch_only: world.rng.chance(50),
     };
     let abilities = world.abilities;
     let claims = world.rng.chance(20);
@@ -207,6 +264,7 @@ pub(super) async fn run(world: &mut World) -> Result<(), String> {
         if let Some(v) = world.violations.first() {
             return Err(format!("step {step}: {v}"));
         }
+        applied_subnet_is_the_machines(world).map_err(|v| format!("step {step}: {v}"))?;
         if world.live_for_uid() > 1 {
             return Err(format!("duplicated at step {step}"));
         }

@@ -219,6 +219,7 @@ impl Detached {
             vm: self.vm.clone(),
             crashed: false,
             desired_mib: self.desired_mib,
+            desired_subnet: None,
             writes: std::mem::take(&mut self.writes),
             deletes: std::mem::take(&mut self.deletes),
             calls: self.calls,
@@ -436,13 +437,22 @@ impl Effects for FleetFx {
         self.call(None, |f| run_once(f.write_status(status))).await
     }
 
-    async fn add_finalizer(&mut self, location: &str) -> Result<(), Error> {
-        self.call(None, |f| run_once(f.add_finalizer(location)))
+    async fn add_finalizer(
+        &mut self,
+        location: &str,
+        parameters: Option<&BTreeMap<String, String>>,
+    ) -> Result<(), Error> {
+        self.call(None, |f| run_once(f.add_finalizer(location, parameters)))
             .await
     }
 
-    async fn intend(&mut self, location: &str) -> Result<(), Error> {
-        self.call(None, |f| run_once(f.intend(location))).await
+    async fn intend(
+        &mut self,
+        location: &str,
+        parameters: &BTreeMap<String, String>,
+    ) -> Result<(), Error> {
+        self.call(None, |f| run_once(f.intend(location, parameters)))
+            .await
     }
 
     async fn remove_finalizer(&mut self) -> Result<(), Error> {
@@ -901,6 +911,7 @@ fn outside_machine(id: String) -> Machine {
         deleting_until: None,
         running: true,
         memory_mib: 1024,
+        subnet: None,
     }
 }
 
@@ -928,6 +939,7 @@ fn build_with(mut world: World, variant: Variant, shape: Shape) -> Fleet {
         live_resize: rng.chance(30),
         replace_only: false,
         consistent_get: rng.chance(50),
+        launch_only: false,
     };
     let adopting = rng.chance(30);
     world.objects.clear();

@@ -10,8 +10,11 @@
 //!   was listed with the same provider identity (settings, credentials, plugin), began within
 //!   twice the VM's poll interval (listings run once per resync period, so while they succeed
 //!   a drift check at the resync period always finds one; a machine's change shows within
-//!   three periods), and began after this process last asked the cloud to change that machine
-//!   ([`CloudViews::touch`]). Anything else calls `get`. Absence from the view is never
+//!   three periods), began after this process last asked the cloud to change that machine
+//!   ([`CloudViews::touch`]), and began after this process took the VM on (its start, or the
+//!   acquisition of the VM's shard: the replica that held it before may have changed the
+//!   machine after the listing began; test:
+//!   `a_listing_begun_before_the_vm_was_taken_on_does_not_answer`). Anything else calls `get`. Absence from the view is never
 //!   read as absence: the check calls `get`, so `decide`'s rules about absence (find, grace
 //!   period, location) hold exactly as without a view (test: `a_view_answers_only_what_it_may`).
 //! - A machine that a new listing shows otherwise than the last one, or no longer shows, has its
@@ -144,19 +147,31 @@ impl CloudViews {
     }
 
     /// Machine `id` as `provider`'s view has it, if the view may answer for it (see the module
-    /// docs): listed with the same identity, begun within `freshness` and after the last change
-    /// asked for it. `None` means "ask `get`", never "gone".
-    pub fn machine(&self, provider: &Provider, id: &str, freshness: Duration) -> Option<VmStatus> {
-        let listing = self.listing(&provider.name)?;
-        let touched = lock(&self.touched).get(id).copied();
-        answer(
-            &listing,
-            provider.identity,
-            id,
-            freshness,
-            touched,
-            Instant::now(),
-        )
+    /// docs): listed with the same identity, begun within `freshness`, after the last change
+    /// asked for it and after `epoch` (when this process began to reconcile the machine's VM:
+    /// its start, or its acquisition of the VM's shard, before which another replica may have
+    /// changed the machine). `None` means "ask `get`", never "gone".
+    pub fn machine(
+        &self,
+        provider: &Provider,
+        id: &str,
+        freshness: Duration,
+        epoch: Instant,
+    ) -> Option<VmStatus> {
+        self.answer_for(&provider.name, provider.identity, id, freshness, epoch)
+    }
+
+    fn answer_for(
+        &self,
+        name: &str,
+        identity: u64,
+        id: &str,
+        freshness: Duration,
+        epoch: Instant,
+    ) -> Option<VmStatus> {
+        let listing = self.listing(name)?;
+        let changed = lock(&self.touched).get(id).copied().max(Some(epoch));
+        answer(&listing, identity, id, freshness, changed, Instant::now())
     }
 }
 
@@ -403,6 +418,34 @@ mod tests {
             machine("new", Some("u4"), Some("c"), None),
         ]);
         assert_eq!(changed(&old, &new), ["gone", "stopped"]);
+    }
+
+    #[test]
+    fn a_listing_begun_before_the_vm_was_taken_on_does_not_answer() {
+        let views = CloudViews::default();
+        let started = Instant::now();
+        views.set(
+            "pc",
+            Listing {
+                started,
+                identity: 7,
+                machines: by_id(vec![machine("i-1", Some("u"), Some("c"), None)]),
+                orphans: HashSet::new(),
+            },
+        );
+        let hour = Duration::from_secs(3600);
+        let before = started
+            .checked_sub(Duration::from_secs(1))
+            .unwrap_or(started);
+        assert!(
+            views.answer_for("pc", 7, "i-1", hour, before).is_some(),
+            "held since before the listing"
+        );
+        let acquired = started + Duration::from_millis(1);
+        assert!(
+            views.answer_for("pc", 7, "i-1", hour, acquired).is_none(),
+            "a shard acquired after the listing began"
+        );
     }
 
     #[test]

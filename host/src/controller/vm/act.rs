@@ -78,12 +78,18 @@ impl<'r, E: Effects> Run<'r, E> {
             // and believing "never created" would skip `find` and the grace period
             // (`host/tests/simulation.rs`, fleet schedules with a lagging informer).
             self.attempts.finalizer_added(self.uid);
-            if let Err(e) = self.fx.add_finalizer(&location).await {
+            let day2 = &facts.day2;
+            let parameters = day2
+                .external_id
+                .is_none()
+                .then(|| day2.desired.parameters.clone());
+            if let Err(e) = self.fx.add_finalizer(&location, parameters.as_ref()).await {
                 if e.refused() {
                     self.attempts.finalizer_refused(self.uid);
                 }
                 return Err(e);
             }
+            facts.day2.create_parameters = parameters;
             facts.intended_location = Some(location.clone());
             // No create can precede the finalizer: a fresh VM is created without a `find`.
             facts.never_created = self.attempts.never_created(self.uid);
@@ -135,7 +141,9 @@ impl<'r, E: Effects> Run<'r, E> {
             Action::Observe(machine) => self.observe(machine, facts, seen).await,
             Action::Create { location } => self.create(location, facts, seen).await,
             Action::Intend { location } => {
-                self.fx.intend(&location).await?;
+                let parameters = facts.day2.desired.parameters.clone();
+                self.fx.intend(&location, &parameters).await?;
+                facts.day2.create_parameters = Some(parameters);
                 facts.intended_location = Some(location);
                 Ok(Flow::Continue(()))
             }

@@ -144,8 +144,9 @@ impl Attempts {
             .retain(|uid, _| shard_of(uid, count) != shard);
     }
 
-    /// The start of `uid`'s epoch: this process's, or the last acquisition of its shard.
-    fn epoch_of(&self, uid: &str) -> Instant {
+    /// The start of `uid`'s epoch: this process's, or the last acquisition of its shard. What
+    /// the cloud showed before it may predate changes another replica made.
+    pub fn epoch_of(&self, uid: &str) -> Instant {
         let acquired = self.acquired.lock().unwrap_or_else(PoisonError::into_inner);
         acquired
             .iter()

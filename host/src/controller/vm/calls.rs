@@ -113,12 +113,16 @@ impl Calls<'_> {
         .await
     }
 
-    /// Machine `id` from the ProviderConfig's cloud view, for the first observation of a drift
-    /// check only (see `provider_config::view` for when the view may answer); `None`: ask `get`.
-    pub fn viewed(&self, id: &str, freshness: Duration) -> Option<VmStatus> {
+    /// Machine `id` of the VM `uid` from the ProviderConfig's cloud view, for the first
+    /// observation of a drift check only (see `provider_config::view` for when the view may
+    /// answer); `None`: ask `get`.
+    pub fn viewed(&self, id: &str, uid: &str, freshness: Duration) -> Option<VmStatus> {
         let first = self.taken.load(Ordering::Relaxed) == 0;
         (self.routine && first && self.ctx.options.cloud_view)
-            .then(|| self.ctx.views.machine(self.provider, id, freshness))
+            .then(|| {
+                let epoch = self.ctx.attempts.epoch_of(uid).into_std();
+                self.ctx.views.machine(self.provider, id, freshness, epoch)
+            })
             .flatten()
     }
 

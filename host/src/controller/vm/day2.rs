@@ -139,7 +139,7 @@ impl<E: Effects> Run<'_, E> {
         let changed: Vec<String> = changes.iter().map(ToString::to_string).collect();
         let message = format!(
             "the plugin applies {} at creation only: the change is not made to the existing \
-             machine, whose value stays in status.applied; revert it, or create a new \
+             machine, which keeps the value it was made with; revert it, or create a new \
              VirtualMachine",
             changed.join(", ")
         );

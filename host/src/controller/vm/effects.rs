@@ -4,6 +4,7 @@
 //!
 //! Every method is one await point; the simulation crashes the operator at any of them.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
@@ -12,7 +13,8 @@ use serde_json::json;
 
 use super::calls::Calls;
 use crate::api::{
-    CREATE_LOCATION, SlimVirtualMachine, VM_FINALIZER, VirtualMachine, VirtualMachineStatus,
+    CREATE_LOCATION, CREATE_PARAMETERS, SlimVirtualMachine, VM_FINALIZER, VirtualMachine,
+    VirtualMachineStatus,
 };
 use crate::controller::error::Error;
 use crate::plugin::{UpdateOutcome, VmSpec, VmStatus};
@@ -53,11 +55,20 @@ pub trait Effects: Send {
         status: &VirtualMachineStatus,
     ) -> impl Future<Output = Result<(), Error>> + Send;
     /// Adds the finalizer, and records that creates of this VM go to `location` (annotation
-    /// [`CREATE_LOCATION`]) in the same guarded write.
-    fn add_finalizer(&mut self, location: &str) -> impl Future<Output = Result<(), Error>> + Send;
-    /// Records that creates of this VM now go to `location`, guarded like
+    /// [`CREATE_LOCATION`]) with `parameters` ([`CREATE_PARAMETERS`]; `None` for a VM that
+    /// adopts and never creates) in the same guarded write.
+    fn add_finalizer(
+        &mut self,
+        location: &str,
+        parameters: Option<&BTreeMap<String, String>>,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+    /// Records that creates of this VM now go to `location` with `parameters`, guarded like
     /// [`Effects::write_status`].
-    fn intend(&mut self, location: &str) -> impl Future<Output = Result<(), Error>> + Send;
+    fn intend(
+        &mut self,
+        location: &str,
+        parameters: &BTreeMap<String, String>,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
     /// Removes the finalizer, guarded like [`Effects::write_status`].
     fn remove_finalizer(&mut self) -> impl Future<Output = Result<(), Error>> + Send;
     /// Publishes an Event; best effort, never fails the reconcile.
@@ -136,7 +147,7 @@ impl Effects for Live<'_> {
     }
 
     async fn get(&mut self, id: &str) -> Result<Option<VmStatus>, Error> {
-        if let Some(machine) = self.calls.viewed(id, self.view_freshness) {
+        if let Some(machine) = self.calls.viewed(id, &self.spec.uid, self.view_freshness) {
             self.viewed = true;
             return Ok(Some(machine));
         }
@@ -208,23 +219,38 @@ impl Effects for Live<'_> {
         Ok(())
     }
 
-    async fn add_finalizer(&mut self, location: &str) -> Result<(), Error> {
+    async fn add_finalizer(
+        &mut self,
+        location: &str,
+        parameters: Option<&BTreeMap<String, String>>,
+    ) -> Result<(), Error> {
         // A merge patch, not a PUT of the cached object: that would delete kubectl's
         // last-applied copy (which the cache drops) and rewrite the spec as this binary
         // serialises it (an integer `memory` becomes a string, a field this binary does not
         // know is dropped), making `vmop` the field's manager.
         let mut finalizers = self.vm.finalizers().to_vec();
         finalizers.push(VM_FINALIZER.to_owned());
+        let mut annotations = json!({ CREATE_LOCATION: location });
+        if let (Some(parameters), Some(map)) = (parameters, annotations.as_object_mut()) {
+            map.insert(CREATE_PARAMETERS.to_owned(), recorded(parameters));
+        }
         self.patch(
-            json!({ "finalizers": finalizers, "annotations": { CREATE_LOCATION: location } }),
+            json!({ "finalizers": finalizers, "annotations": annotations }),
             "add the finalizer",
         )
         .await
     }
 
-    async fn intend(&mut self, location: &str) -> Result<(), Error> {
+    async fn intend(
+        &mut self,
+        location: &str,
+        parameters: &BTreeMap<String, String>,
+    ) -> Result<(), Error> {
         self.patch(
-            json!({ "annotations": { CREATE_LOCATION: location } }),
+            json!({ "annotations": {
+                CREATE_LOCATION: location,
+                CREATE_PARAMETERS: recorded(parameters),
+            } }),
             "record where the machine is created",
         )
         .await
@@ -314,4 +340,9 @@ pub fn claimant(vms: &[VirtualMachine], uid: &str, id: &str) -> Option<String> {
                 .is_some_and(|s| s.id.as_deref() == Some(id))
         })
         .map(|vm| format!("{}/{}", vm.namespace().unwrap_or_default(), vm.name_any()))
+}
+
+/// `parameters` as annotation [`CREATE_PARAMETERS`] holds them: a JSON object of strings.
+fn recorded(parameters: &BTreeMap<String, String>) -> serde_json::Value {
+    serde_json::Value::String(serde_json::to_string(parameters).unwrap_or_default())
 }

@@ -16,8 +16,8 @@ use super::attempts::Attempts;
 use super::decide::{Capabilities, Day2, Facts};
 use crate::api::quantity::to_mib;
 use crate::api::{
-    AppliedSpec, CREATE_LOCATION, PAUSED, POLL_INTERVAL, RECONCILE_REQUESTED_AT, VirtualMachine,
-    conditions,
+    AppliedSpec, CREATE_LOCATION, CREATE_PARAMETERS, PAUSED, POLL_INTERVAL, RECONCILE_REQUESTED_AT,
+    VirtualMachine, conditions,
 };
 use crate::api::{duration, parameters};
 use crate::controller::context::Options;
@@ -87,6 +87,11 @@ pub(super) fn unresolved(vm: &VirtualMachine, attempts: &Attempts) -> Facts {
             external_id: spec.external_id.clone(),
             desired: AppliedSpec::default(),
             applied: status.and_then(|s| s.applied.clone()),
+            // Unreadable (edited by hand) counts as not recorded: recorded again before a create.
+            create_parameters: vm
+                .annotations()
+                .get(CREATE_PARAMETERS)
+                .and_then(|v| serde_json::from_str(v).ok()),
             restart_required: status
                 .is_some_and(|s| conditions::is_true(&s.conditions, conditions::RESTART_REQUIRED)),
             replacement_required: status
@@ -278,6 +283,7 @@ mod tests {
                         Just(POLL_INTERVAL.to_owned()),
                         Just(RECONCILE_REQUESTED_AT.to_owned()),
                         Just(CREATE_LOCATION.to_owned()),
+                        Just(CREATE_PARAMETERS.to_owned()),
                         ".{0,20}",
                     ],
                     ".{0,40}",

@@ -36,7 +36,8 @@ pub enum Action {
     /// No machine has been recorded: create it (idempotent on the uid) at `location`.
     Create { location: String },
     /// Before creating at `location`, record that creates go there (no create can have made a
-    /// machine elsewhere).
+    /// machine elsewhere) and with the spec's parameters (annotation
+    /// `vmop.dev/create-parameters`: what a machine found without a create answer was made with).
     Intend { location: String },
     /// The recorded machine is confirmed lost: create a new one at `location`.
     Recreate { lost: String, location: String },

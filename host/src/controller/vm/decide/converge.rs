@@ -20,7 +20,10 @@
 //! - A change of a launch-only parameter after creation is [`Action::LaunchOnly`], decided
 //!   before any call: nothing is asked of the plugin, `status.applied` keeps the value the
 //!   machine was made with, and reverting the spec ends it
-//!   (`day2_tests::ownership::a_launch_only_parameter_change_is_refused_before_any_call`).
+//!   (`day2_tests::ownership::a_launch_only_parameter_change_is_refused_before_any_call`). A
+//!   machine found after its create's answer was lost has no `status.applied`; the parameters
+//!   recorded before its create stand for it
+//!   (`day2_tests::ownership::a_machine_found_without_its_create_answer_keeps_its_launch_parameters`).
 
 use super::{Action, Claimant, Facts, Observed, Step};
 use crate::api::{ManagementPolicy, PowerState, UpdateStrategy};
@@ -113,17 +116,20 @@ impl std::fmt::Display for LaunchOnlyChange {
 }
 
 /// The launch-only parameters whose value differs from what the machine was made with; empty
-/// when none does, or when that is not known (`status.applied` unset: an adopted machine, or
-/// a record lost in the middle of an update, which the next `update` records again).
+/// when none does, or when that is not known. Made with: `status.applied`, else the parameters
+/// recorded before its creates (a machine found after a create's answer was lost); unknown
+/// for an adopted machine.
 fn launch_only_changes(facts: &Facts) -> Vec<LaunchOnlyChange> {
     let day2 = &facts.day2;
-    let Some(applied) = &day2.applied else {
-        return Vec::new();
+    let made_with = match (&day2.applied, &day2.create_parameters) {
+        (Some(applied), _) => &applied.parameters,
+        (None, Some(recorded)) if day2.external_id.is_none() => recorded,
+        _ => return Vec::new(),
     };
     day2.launch_only
         .iter()
         .filter_map(|name| {
-            let was = applied.parameters.get(name);
+            let was = made_with.get(name);
             let now = day2.desired.parameters.get(name);
             (was != now).then(|| LaunchOnlyChange {
                 name: name.clone(),

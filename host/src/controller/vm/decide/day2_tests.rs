@@ -22,6 +22,7 @@ fn facts() -> Facts {
             uid: US.into(),
             desired: size(512),
             applied: Some(size(512)),
+            create_parameters: Some(BTreeMap::new()),
             capabilities: Capabilities {
                 update: true,
                 power: true,

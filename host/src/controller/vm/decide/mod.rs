@@ -45,7 +45,12 @@
 //!   (`vm-status.owner`) is another VM's uid, is never taken over, updated, powered or deleted
 //!   ([`Action::AdoptionConflict`], and [`Action::Disown`] at deletion); a change of a
 //!   launch-only parameter after creation is refused before any call
-//!   ([`Action::LaunchOnly`]); a replacement is never made (the VM says it is needed).
+//!   ([`Action::LaunchOnly`]), also for a machine found after its create's answer was lost
+//!   (no `status.applied`): a create is only sent with the parameters recorded before it
+//!   ([`Action::Intend`]), which then stand for the machine's launch-only parameters
+//!   (`day2_tests::ownership::a_machine_found_without_its_create_answer_keeps_its_launch_parameters`;
+//!   the day-2 schedules of the simulation, which change a launch-only parameter while answers
+//!   are lost); a replacement is never made (the VM says it is needed).
 
 mod action;
 mod converge;
@@ -53,7 +58,7 @@ mod converge;
 pub use action::{Action, Claimant};
 pub use converge::{LaunchOnlyChange, restart_pending};
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use crate::api::{AppliedSpec, DeletionPolicy, ManagementPolicy, PowerState, UpdateStrategy};
@@ -100,6 +105,9 @@ pub struct Day2 {
     pub desired: AppliedSpec,
     /// `status.applied`: what the machine was last made to match (`None`: not known).
     pub applied: Option<AppliedSpec>,
+    /// Annotation `vmop.dev/create-parameters`: the parameters creates of this VM send
+    /// (`None`: not recorded, or not readable).
+    pub create_parameters: Option<BTreeMap<String, String>>,
     /// `RestartRequired=True` in status: the last `update` answered `needs-restart`.
     pub restart_required: bool,
     /// `Synced=False`, reason `ReplacementRequired`, for this generation: `update` answered
@@ -230,8 +238,15 @@ fn decide_apply(facts: &Facts, seen: &Observed) -> Step {
                 Some(None) => {}
             }
         }
+        // A create sends only what was recorded first: a machine it makes whose answer is lost
+        // is then known to have those parameters.
+        let recorded =
+            facts.day2.create_parameters.as_ref() == Some(&facts.day2.desired.parameters);
         return Step::Act(match &facts.intended_location {
-            Some(intended) if intended == current => Action::Create {
+            Some(intended) if intended == current && recorded => Action::Create {
+                location: current.clone(),
+            },
+            Some(intended) if intended == current => Action::Intend {
                 location: current.clone(),
             },
             Some(intended) if !facts.never_created && !accepted(facts, current) => {

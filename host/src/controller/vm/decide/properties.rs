@@ -81,6 +81,9 @@ prop_compose! {
         external_id in proptest::option::of(text()),
         desired in applied(),
         applied in proptest::option::of(applied()),
+        create_parameters in proptest::option::of(
+            proptest::collection::btree_map("[a-z]{1,3}", "[a-z]{0,3}", 0..3),
+        ),
         restart_required in any::<bool>(),
         replacement_required in any::<bool>(),
         capabilities in (any::<bool>(), any::<bool>(), any::<bool>()),
@@ -95,6 +98,7 @@ prop_compose! {
             external_id,
             desired,
             applied,
+            create_parameters,
             restart_required,
             replacement_required,
             capabilities: Capabilities {

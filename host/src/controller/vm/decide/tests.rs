@@ -14,7 +14,11 @@ pub(super) fn facts() -> Facts {
         absence_wait: Duration::ZERO,
         never_created: false,
         sole_machine: None,
-        day2: Day2::default(),
+        // Recorded with the finalizer, as the spec's (no parameters).
+        day2: Day2 {
+            create_parameters: Some(BTreeMap::new()),
+            ..Day2::default()
+        },
     }
 }
 

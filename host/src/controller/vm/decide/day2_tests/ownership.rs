@@ -206,10 +206,12 @@ fn a_launch_only_parameter_change_is_refused_before_any_call() {
         act(&mutable, Some(machine(Phase::Running)), None).0,
         Action::Update(machine(Phase::Running))
     );
-    // Not known what the machine was made with (adopted): not refused.
+    // Not known what the machine was made with (made by an operator that did not record its
+    // creates' parameters): not refused.
     let unknown = with(|d| {
         d.launch_only = ["subnetId".to_owned()].into();
         d.applied = None;
+        d.create_parameters = None;
         d.desired = with_subnet(Some("subnet-b"));
     });
     assert_eq!(
@@ -217,11 +219,12 @@ fn a_launch_only_parameter_change_is_refused_before_any_call() {
         Action::Update(machine(Phase::Running))
     );
     // Neither at creation (no machine yet) nor under ObserveOnly, nor when deleting.
-    let fresh = Facts {
+    let mut fresh = Facts {
         id: None,
         never_created: true,
         ..moved.clone()
     };
+    fresh.day2.create_parameters = Some(fresh.day2.desired.parameters.clone());
     assert!(matches!(act(&fresh, None, None).0, Action::Create { .. }));
     let observe = with(|d| {
         d.policy = ManagementPolicy::ObserveOnly;
@@ -240,5 +243,57 @@ fn a_launch_only_parameter_change_is_refused_before_any_call() {
     assert!(matches!(
         act(&deleting, Some(machine(Phase::Running)), None).0,
         Action::Delete(_)
+    ));
+}
+
+#[test]
+fn a_machine_found_without_its_create_answer_keeps_its_launch_parameters() {
+    let made_with = with_subnet(Some("subnet-a"));
+    // A create was sent with subnet-a, its answer lost, the spec then changed to subnet-b.
+    let lost = Facts {
+        id: None,
+        recorded_location: None,
+        never_created: false,
+        ..with(|d| {
+            d.launch_only = ["subnetId".to_owned()].into();
+            d.applied = None;
+            d.create_parameters = Some(made_with.parameters.clone());
+            d.desired = with_subnet(Some("subnet-b"));
+        })
+    };
+    // No create is sent with parameters other than those recorded: they are recorded first.
+    assert!(matches!(act(&lost, None, None).0, Action::Intend { .. }));
+    // The machine found is recorded as is; once it is, the change is refused, not updated.
+    let found = machine(Phase::Running);
+    assert_eq!(
+        act(&lost, None, Some(found.clone())).0,
+        Action::Observe(found)
+    );
+    let recorded = Facts {
+        id: Some("i-1".into()),
+        recorded_location: lost.intended_location.clone(),
+        ..lost.clone()
+    };
+    let (action, asked) = act(&recorded, Some(machine(Phase::Running)), None);
+    assert_eq!(
+        action,
+        Action::LaunchOnly(vec![LaunchOnlyChange {
+            name: "subnetId".into(),
+            applied: Some("subnet-a".into()),
+            desired: Some("subnet-b".into()),
+        }])
+    );
+    assert!(asked.is_empty(), "asked {asked:?}");
+    // An adopted machine was not made with them: unknown, not refused.
+    let adopted = Facts {
+        day2: Day2 {
+            external_id: Some("i-1".into()),
+            ..recorded.day2.clone()
+        },
+        ..recorded
+    };
+    assert!(!matches!(
+        act(&adopted, Some(machine(Phase::Running)), None).0,
+        Action::LaunchOnly(_)
     ));
 }
