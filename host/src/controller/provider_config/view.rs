@@ -22,7 +22,10 @@
 //!   reconcile reads it; drift shows within one listing period.
 //! - So while listings succeed ([`CloudViews::steady`]) a VM's own drift check is a backstop: one
 //!   the view answered without any call is followed by the next only [`STEADY_CHECKS_APART`]
-//!   poll intervals later (`vm::requeue`), which is what keeps a settled fleet's operator idle.
+//!   poll intervals later (`vm::requeue`), which is what keeps a settled fleet's operator idle;
+//!   not for a VM whose poll interval is shorter than the resync period (the listings' own),
+//!   which keeps checking at its interval
+//!   (`vm::tests::listings_stand_in_only_for_checks_no_more_frequent_than_theirs`).
 //!   The first listing that fails after a complete one reconciles every VM that listing holds
 //!   ([`CloudViews::failed`]), and until a listing succeeds again their checks come at their
 //!   poll interval and call `get` once the listing is too old to answer (test:

@@ -159,9 +159,12 @@ pub async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Req
     }
     ctx.vm_backoffs.reset(&key);
     ctx.vm_slow_backoffs.reset(&key);
-    let steady = effects.viewed
-        && effects.calls.taken.load(Ordering::Relaxed) == 0
-        && ctx.views.steady(&provider.name);
+    let steady = listings_suffice(
+        effects.viewed && effects.calls.taken.load(Ordering::Relaxed) == 0,
+        facts::poll_interval(&vm, &ctx.options),
+        ctx.options.resync_period,
+        || ctx.views.steady(&provider.name),
+    );
     Ok(requeue(&outcome, &ctx.options, &vm, steady))
 }
 
@@ -193,6 +196,19 @@ pub async fn drive<E: Effects>(
             Err(error)
         }
     }
+}
+
+/// Whether the cloud view's listings stand in for a VM's own drift checks, so that the next
+/// can wait [`STEADY_CHECKS_APART`] poll intervals: this check was `viewed` (answered by the
+/// view, no call made), the listings are `steady`, and they come at least as often as the VM
+/// asks to be checked (`poll`; a VM asking for less than the `resync` period keeps its own).
+fn listings_suffice(
+    viewed: bool,
+    poll: Duration,
+    resync: Duration,
+    steady: impl FnOnce() -> bool,
+) -> bool {
+    viewed && poll >= resync && steady()
 }
 
 /// When to look again: soon while the machine is on its way, after the poll interval (drift
@@ -236,6 +252,22 @@ mod tests {
 
     use super::*;
     use crate::api::{POLL_INTERVAL, VirtualMachineSpec};
+
+    #[test]
+    fn listings_stand_in_only_for_checks_no_more_frequent_than_theirs() {
+        let minute = Duration::from_secs(60);
+        let steady = || true;
+        assert!(listings_suffice(true, minute, minute, steady));
+        assert!(
+            !listings_suffice(true, Duration::from_secs(10), minute, steady),
+            "a VM polled every 10 s keeps its checks under a 60 s listing"
+        );
+        assert!(!listings_suffice(false, minute, minute, steady), "a get");
+        assert!(
+            !listings_suffice(true, minute, minute, || false),
+            "a listing failed"
+        );
+    }
 
     proptest! {
         /// Whatever the outcome's delay or the VM's poll interval, the next look is scheduled
