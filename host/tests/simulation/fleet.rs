@@ -837,6 +837,19 @@ impl Fleet {
             if self.external.contains_key(&vm) && id.is_none() && conflict {
                 continue;
             }
+            // The machine it names is gone (the VM that adopted it was deleted, and the machine
+            // with it): this one says so.
+            let gone = want
+                .as_ref()
+                .is_some_and(|want| !world.machines.iter().any(|m| m.live && &m.id == want));
+            let not_found = latest
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Synced"))
+                .is_some_and(|c| c.reason == "ExternalVMNotFound");
+            if self.external.contains_key(&vm) && id.is_none() && gone && not_found {
+                continue;
+            }
             if want.is_none() || id != want {
                 return Err(format!(
                     "vm-{vm} did not converge: status.id {id:?}, its machine {want:?}"
