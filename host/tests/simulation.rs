@@ -58,7 +58,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use vmop::api::{
     CREATE_LOCATION, CREATE_PARAMETERS, VM_FINALIZER, VirtualMachine, VirtualMachineSpec,
-    VirtualMachineStatus,
+    VirtualMachineStatus, create_parameters_value,
 };
 use vmop::controller::Error;
 use vmop::controller::vm::Attempts;
@@ -761,7 +761,7 @@ impl Effects for Fake<'_> {
         parameters: Option<&BTreeMap<String, String>>,
     ) -> Result<(), Error> {
         let location = location.to_owned();
-        let parameters = parameters.map(recorded);
+        let parameters = parameters.map(create_parameters_value);
         self.perform(Operation::Get, "add finalizer".into(), move |f| {
             f.guarded(|vm| {
                 vm.metadata
@@ -784,7 +784,7 @@ impl Effects for Fake<'_> {
         parameters: &BTreeMap<String, String>,
     ) -> Result<(), Error> {
         let location = location.to_owned();
-        let parameters = recorded(parameters);
+        let parameters = create_parameters_value(parameters);
         self.perform(Operation::Get, format!("intend {location}"), move |f| {
             f.guarded(|vm| {
                 let annotations = vm.annotations_mut();
@@ -809,11 +809,6 @@ impl Effects for Fake<'_> {
     async fn event(&mut self, _: Severity, _: &str, reason: &str, _: String) {
         self.world.note(format!("  event {reason}"));
     }
-}
-
-/// `parameters` as the operator records them in annotation `vmop.dev/create-parameters`.
-fn recorded(parameters: &BTreeMap<String, String>) -> String {
-    serde_json::to_string(parameters).unwrap_or_default()
 }
 
 /// Polls a future whose every await resolves at once, except a crash, which never does.

@@ -22,6 +22,11 @@ pub const CREATE_LOCATION: &str = "vmop.dev/create-location";
 /// though `status.applied` is not.
 pub const CREATE_PARAMETERS: &str = "vmop.dev/create-parameters";
 
+/// The value of [`CREATE_PARAMETERS`] recording `parameters`.
+pub fn create_parameters_value(parameters: &std::collections::BTreeMap<String, String>) -> String {
+    serde_json::to_string(parameters).unwrap_or_default()
+}
+
 /// Annotation on a VirtualMachine: `"true"` pauses it (no plugin call at all, `Synced=False`
 /// reason `ReconcilePaused`); removing it resumes. Deletion waits too: the finalizer stays
 /// until the VM is resumed (no silent orphan).

@@ -1,19 +1,19 @@
 //! Day-2 schedules for the simulation: the fake plugin declares a random subset of `update`
 //! and `power` (and may resize live or only when stopped) and may declare a launch-only
 //! parameter `subnet`; the user edits memory, powerState, updateStrategy and `subnet` while
-//! faults run; someone powers the machine at the cloud; in some
-//! schedules another VM claims the machine at the cloud (its ownership mark changes).
+//! faults run; someone powers the machine at the cloud; in some schedules another VM claims
+//! the machine at the cloud (its ownership mark changes).
 //!
 //! Checked after every step: no call whose capability is missing, no write (`update`, `start`,
 //! `stop`) twice in one reconcile, at most one live machine, no write (`delete` included) to a
 //! machine marked as another VM's, no `update` asked while the spec's `subnet` differs from the
-//! machine's, and no `status.applied` recording a `subnet` other than the machine's. After the faults stop: the machine has the power state and
-//! size the spec asks, or the VM says why not (`RestartRequired=True` under `updateStrategy:
-//! Manual`, `PowerNotSupported`, `UpdateNotSupported`, `InvalidSpec` for a changed `subnet`,
-//! `ReplacementRequired` from a plugin
-//! whose `update` answers needs-replacement (the machine is never replaced), `AdoptionConflict`
-//! once its machine was claimed); then deleting the VM leaves nothing of its own behind, and the claimed machine
-//! to its new owner.
+//! machine's, and no `status.applied` recording a `subnet` other than the machine's. After the
+//! faults stop: the machine has the power state, size and `subnet` the spec asks, or the VM
+//! says why not (`RestartRequired=True` under `updateStrategy: Manual`, `PowerNotSupported`,
+//! `UpdateNotSupported`, `InvalidSpec` for a changed `subnet`, `ReplacementRequired` from a
+//! plugin whose `update` answers needs-replacement (the machine is never replaced),
+//! `AdoptionConflict` once its machine was claimed); then deleting the VM leaves nothing of
+//! its own behind, and the claimed machine to its new owner.
 
 use std::time::Duration;
 

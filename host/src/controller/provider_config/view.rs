@@ -14,8 +14,8 @@
 //!   ([`CloudViews::touch`]), and began after this process took the VM on (its start, or the
 //!   acquisition of the VM's shard: the replica that held it before may have changed the
 //!   machine after the listing began; test:
-//!   `a_listing_begun_before_the_vm_was_taken_on_does_not_answer`). Anything else calls `get`. Absence from the view is never
-//!   read as absence: the check calls `get`, so `decide`'s rules about absence (find, grace
+//!   `a_listing_begun_before_the_vm_was_taken_on_does_not_answer`). Anything else calls
+//!   `get`. Absence from the view is never read as absence: the check calls `get`, so `decide`'s rules about absence (find, grace
 //!   period, location) hold exactly as without a view (test: `a_view_answers_only_what_it_may`).
 //! - A machine that a new listing shows otherwise than the last one, or no longer shows, has its
 //!   VM reconciled at once ([`changed`]), after the new listing is in place so that the

@@ -14,7 +14,7 @@ use serde_json::json;
 use super::calls::Calls;
 use crate::api::{
     CREATE_LOCATION, CREATE_PARAMETERS, SlimVirtualMachine, VM_FINALIZER, VirtualMachine,
-    VirtualMachineStatus,
+    VirtualMachineStatus, create_parameters_value,
 };
 use crate::controller::error::Error;
 use crate::plugin::{UpdateOutcome, VmSpec, VmStatus};
@@ -232,7 +232,10 @@ impl Effects for Live<'_> {
         finalizers.push(VM_FINALIZER.to_owned());
         let mut annotations = json!({ CREATE_LOCATION: location });
         if let (Some(parameters), Some(map)) = (parameters, annotations.as_object_mut()) {
-            map.insert(CREATE_PARAMETERS.to_owned(), recorded(parameters));
+            map.insert(
+                CREATE_PARAMETERS.to_owned(),
+                create_parameters_value(parameters).into(),
+            );
         }
         self.patch(
             json!({ "finalizers": finalizers, "annotations": annotations }),
@@ -249,7 +252,7 @@ impl Effects for Live<'_> {
         self.patch(
             json!({ "annotations": {
                 CREATE_LOCATION: location,
-                CREATE_PARAMETERS: recorded(parameters),
+                CREATE_PARAMETERS: create_parameters_value(parameters),
             } }),
             "record where the machine is created",
         )
@@ -340,9 +343,4 @@ pub fn claimant(vms: &[VirtualMachine], uid: &str, id: &str) -> Option<String> {
                 .is_some_and(|s| s.id.as_deref() == Some(id))
         })
         .map(|vm| format!("{}/{}", vm.namespace().unwrap_or_default(), vm.name_any()))
-}
-
-/// `parameters` as annotation [`CREATE_PARAMETERS`] holds them: a JSON object of strings.
-fn recorded(parameters: &BTreeMap<String, String>) -> serde_json::Value {
-    serde_json::Value::String(serde_json::to_string(parameters).unwrap_or_default())
 }
